@@ -1,0 +1,13 @@
+"""tfdist: normal vs distributed TensorFlow training on MNIST, as a DVC pipeline tracked in MLflow.
+
+Importing any part of tfdist selects Keras 2 (tf_keras) for ``tf.keras``: it
+must happen before TensorFlow is first imported, by us or by MLflow's
+TensorFlow flavor, and the package import is the earliest point there is.
+"""
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep C++ INFO/WARNING chatter off stage logs
+
+__version__ = "0.1.0"

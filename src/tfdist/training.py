@@ -1,0 +1,151 @@
+"""Train the seed model under a strategy with Keras ``fit``, timed per epoch.
+
+The loop reports through Keras callbacks only: tracking (MLflow) plugs in as
+one, and tests run without it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from tfdist.config import Config
+from tfdist.data import Digits, make_dataset
+from tfdist.errors import InputError, RunError
+from tfdist.models import build_seed_model, compile_model
+from tfdist.runtime import keras, tf
+from tfdist.strategies import StrategyInfo
+
+EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")
+
+
+@dataclass
+class TrainResult:
+    """A trained model and what it cost.
+
+    Attributes:
+        model: the trained Keras model.
+        history: one dict per epoch with :data:`EPOCH_COLUMNS`.
+        global_batch_size: examples per step across all replicas.
+        learning_rate: the learning rate the optimizer used.
+        steps_per_epoch: optimizer steps per epoch.
+        train_seconds: wall time of ``fit`` (training and validation).
+        samples_per_second: training examples per second of training time.
+    """
+
+    model: keras.Model
+    history: list[dict[str, float]]
+    global_batch_size: int
+    learning_rate: float
+    steps_per_epoch: int
+    train_seconds: float
+    samples_per_second: float
+
+    def final(self) -> dict[str, float]:
+        """The last epoch's loss/accuracy and val_loss/val_accuracy."""
+        last = self.history[-1]
+        return {key: last[key] for key in ("loss", "accuracy", "val_loss", "val_accuracy")}
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Adds ``epoch_seconds`` and ``samples_per_second`` (training part only) to epoch logs.
+
+    It must run before callbacks that log the epoch, so they see both values.
+    Validation time is left out: it would penalise runs with larger val splits.
+    """
+
+    def __init__(self, samples_per_epoch: int):
+        super().__init__()
+        self.samples_per_epoch = samples_per_epoch
+        self._start = self._train_end = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._start = time.perf_counter()
+        self._train_end = 0.0
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        if not self._train_end:
+            self._train_end = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        seconds = (self._train_end or time.perf_counter()) - self._start
+        if logs is not None:
+            logs["epoch_seconds"] = seconds
+            logs["samples_per_second"] = self.samples_per_epoch / seconds
+
+
+class DivergenceGuard(keras.callbacks.Callback):
+    """Stops at the first epoch whose loss is NaN or infinite, instead of training on."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(loss):
+            raise RunError(
+                f"training diverged: loss is {loss} at epoch {epoch + 1}; "
+                "lower train.learning_rate"
+            )
+
+
+def train_model(
+    config: Config,
+    strategy: tf.distribute.Strategy,
+    info: StrategyInfo,
+    train: Digits,
+    val: Digits,
+    callbacks: list[keras.callbacks.Callback] | tuple = (),
+) -> TrainResult:
+    """Build, compile and ``fit`` the seed model under ``strategy``.
+
+    ``train.batch_size`` is per replica, so the global batch grows with the
+    replicas, as the keras-io distributed guide does.
+
+    Raises:
+        InputError: the training split is smaller than one global batch.
+        RunError: the loss became NaN or infinite.
+    """
+    global_batch = config.train.batch_size * info.replicas
+    steps = len(train) // global_batch
+    if steps == 0:
+        raise InputError(
+            f"train.batch_size {config.train.batch_size} x {info.replicas} replicas = {global_batch} "
+            f"exceeds the {len(train)} training digits; lower train.batch_size"
+        )
+    keras.utils.set_random_seed(config.seed)
+    learning_rate = config.train.learning_rate
+    with strategy.scope():
+        model = build_seed_model(config.model)
+        compile_model(model, config.train, learning_rate)
+    train_ds = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
+    val_ds = make_dataset(val, global_batch, shuffle=False, seed=config.seed) if len(val) else None
+    timer = EpochTimer(steps * global_batch)
+    started = time.perf_counter()
+    fit = model.fit(
+        train_ds,
+        validation_data=val_ds,
+        epochs=config.train.epochs,
+        callbacks=[timer, DivergenceGuard(), *callbacks],
+        verbose=2,
+    )
+    seconds = time.perf_counter() - started
+    history = _epochs(fit.history)
+    train_time = sum(row["epoch_seconds"] for row in history)
+    return TrainResult(
+        model=model,
+        history=history,
+        global_batch_size=global_batch,
+        learning_rate=learning_rate,
+        steps_per_epoch=steps,
+        train_seconds=seconds,
+        samples_per_second=steps * global_batch * len(history) / train_time,
+    )
+
+
+def _epochs(history: dict[str, list[float]]) -> list[dict[str, float]]:
+    epochs = len(history["loss"])
+    rows = []
+    for i in range(epochs):
+        row = {"epoch": i + 1}
+        row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] if key in history})
+        rows.append(row)
+    return rows

@@ -1,0 +1,1 @@
+"""DVC stage entry points: thin click commands over :mod:`tfdist.pipeline`."""

@@ -1,0 +1,50 @@
+"""What every stage command shares: --params/--set, logging, and exit codes.
+
+Exit codes follow the stage contract: 0 success; 2 a usage or configuration
+error, one line on stderr naming the key or path; 1 a failure while running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tfdist.config import Config, ConfigError, load_config
+from tfdist.errors import TfdistError
+from tfdist.strategies import StrategyError
+
+
+def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--params PATH`` and repeatable ``--set dotted.key=value``."""
+    command = click.option(
+        "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+        help="Override a param for this run, e.g. --set train.epochs=3 (value parsed as YAML; repeatable).",
+    )(command)
+    return click.option(
+        "--params", "params_path", type=click.Path(path_type=Path), default="params.yaml", show_default=True,
+        help="The params file holding every knob.",
+    )(command)
+
+
+@contextlib.contextmanager
+def stage_errors() -> Iterator[None]:
+    """Turn user and run errors into one stderr line and the contract's exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    try:
+        yield
+    except (ConfigError, StrategyError) as err:
+        click.echo(f"error: {err}", err=True)
+        raise click.exceptions.Exit(2) from None
+    except TfdistError as err:
+        click.echo(f"error: {err}", err=True)
+        raise click.exceptions.Exit(err.exit_code) from None
+
+
+def load(params_path: Path, overrides: tuple[str, ...]) -> Config:
+    """Load the config (inside :func:`stage_errors`)."""
+    return load_config(params_path, overrides)

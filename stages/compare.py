@@ -1,0 +1,32 @@
+"""Stage compare: every run side by side, with a verdict and figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stages._cli import config_options, load, stage_errors
+
+
+@click.command()
+@config_options
+@click.option("--train-reports", type=click.Path(path_type=Path), default="reports/train", show_default=True,
+              help="Folder of train reports and history/.")
+@click.option("--eval-reports", type=click.Path(path_type=Path), default="reports/eval", show_default=True,
+              help="Folder of eval reports.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default="reports/compare", show_default=True,
+              help="Folder for compare.json, compare.md and figures/.")
+def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eval_reports: Path, out_dir: Path) -> None:
+    """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
+    with stage_errors():
+        config = load(params_path, overrides)
+        from tfdist.pipeline import compare
+
+        names = ["normal", *config.distributed.strategies]
+        comparison = compare(config, names, train_reports, eval_reports, out_dir)
+        click.echo(comparison["verdict"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Stage preprocess: MNIST -> normalised, split arrays and a data summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stages._cli import config_options, load, stage_errors
+from tfdist import atomic
+
+
+@click.command()
+@config_options
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
+              help="Folder for train.npz, val.npz and test.npz.")
+@click.option("--report", type=click.Path(path_type=Path), default="reports/data.json", show_default=True,
+              help="Data summary: source, counts per split and class, sha256.")
+def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: Path) -> None:
+    """Load MNIST from data.source, normalise to [0, 1], split train/val/test by label."""
+    with stage_errors():
+        config = load(params_path, overrides)
+        from tfdist.pipeline import preprocess
+
+        atomic.write_json(report, preprocess(config, out_dir))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Stage train: one model under one tf.distribute strategy, tracked in MLflow."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import click
+
+from stages._cli import config_options, load, stage_errors
+from tfdist import atomic
+from tfdist.strategies import STRATEGY_NAMES
+
+
+@click.command()
+@config_options
+@click.option("--strategy", type=click.Choice(STRATEGY_NAMES, case_sensitive=False), default="default",
+              show_default=True, help="tf.distribute strategy; 'default' is normal, undistributed training.")
+@click.option("--name", required=True, help="Run name: models/NAME, reports/train/NAME.json, the MLflow run name.")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
+              help="Prepared data folder (from the preprocess stage).")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), default="models", show_default=True,
+              help="Folder that receives the model as NAME/.")
+@click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default="reports/train", show_default=True,
+              help="Folder for NAME.json and history/NAME.csv.")
+def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str,
+         data_dir: Path, models_dir: Path, reports_dir: Path) -> None:
+    """Train the seed MLP with STRATEGY and write the model, a report and per-epoch history."""
+    with stage_errors():
+        config = load(params_path, overrides)
+        from tfdist.pipeline import train
+        from tfdist.training import EPOCH_COLUMNS
+
+        report, history = train(config, strategy, name, data_dir, models_dir / name)
+        atomic.write_text(reports_dir / "history" / f"{name}.csv", _to_csv(history, EPOCH_COLUMNS))
+        atomic.write_json(reports_dir / f"{name}.json", report)
+
+
+def _to_csv(rows: list[dict], columns: tuple[str, ...]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+if __name__ == "__main__":
+    main()

@@ -48,5 +48,5 @@ def write_text(target: Path | str, text: str) -> None:
 
 
 def write_json(target: Path | str, data: Any) -> None:
-    """Write ``data`` as indented, key-sorted JSON atomically."""
-    write_text(target, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Write ``data`` as indented JSON atomically (key order kept: it is meaningful in reports)."""
+    write_text(target, json.dumps(data, indent=2) + "\n")

@@ -8,6 +8,7 @@ preprocess stage and read, validated, by every later stage.
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def load_split(prepared_dir: Path, name: str) -> Digits:
     try:
         with np.load(path, allow_pickle=False) as npz:
             x, y = npz["x"], npz["y"]
-    except (ValueError, OSError, KeyError, EOFError) as err:
+    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"{path} is not a valid prepared split ({err}); rerun the preprocess stage") from None
     if x.dtype != np.float32 or x.ndim != 2 or x.shape[1] != PIXELS or y.shape != (len(x),):
         raise InputError(f"{path}: expected float32 x of shape (N, 784) and N labels, got {x.dtype} {x.shape} and {y.shape}")

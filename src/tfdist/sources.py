@@ -12,6 +12,7 @@ import gzip
 import logging
 import socket
 import struct
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,10 +92,9 @@ def load_keras(timeout: float, cache_dir: Path | None = None) -> RawDigits:
                 cache_dir=str(cache_dir) if cache_dir else None
             )
         except Exception as err:  # Keras wraps every fetch failure in a bare Exception
-            if cached:
-                raise
+            stale = f"the cached {keras_cache_file(cache_dir)} failed its hash check and " if cached else ""
             raise DownloadError(
-                f"cannot download MNIST from {KERAS_MNIST_URL} within {timeout:g}s ({err}); "
+                f"{stale}cannot download MNIST from {KERAS_MNIST_URL} within {timeout:g}s ({err}); "
                 "set data.source to sample, or to a local mnist.npz or IDX folder"
             ) from None
     return RawDigits("keras", x_train, y_train, x_test, y_test)
@@ -134,7 +134,7 @@ def load_path(path: Path) -> RawDigits:
             if missing:
                 raise InputError(f"data.source: {path} lacks arrays {', '.join(missing)} (a Keras mnist.npz has x_train, y_train, x_test, y_test)")
             arrays = {key: npz[key] for key in IDX_FILES}
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None
     return RawDigits(str(path), **arrays)
 

@@ -20,8 +20,6 @@ log = logging.getLogger(__name__)
 
 #: Names ``make_strategy`` accepts. ``default`` is no distribution at all.
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage", "tpu")
-#: Strategies that want several local replicas (logical CPUs when there is no GPU).
-MULTI_DEVICE = ("mirrored", "central_storage")
 
 
 class StrategyError(ValueError):
@@ -108,13 +106,14 @@ def make_strategy(name: Any, devices: int = 2) -> tuple[tf.distribute.Strategy, 
         return strategy, StrategyInfo(name, type(strategy).__name__, 1, [_first_device()])
     if name == "tpu":
         return _make_tpu()
-    device_names = configure_cpu_devices(devices if name in MULTI_DEVICE else 1)
     if name == "one_device":
+        device_names = [_first_device()]
         strategy = tf.distribute.OneDeviceStrategy(device_names[0])
-        device_names = device_names[:1]
     elif name == "mirrored":
+        device_names = configure_cpu_devices(devices)
         strategy = tf.distribute.MirroredStrategy(device_names, cross_device_ops=_cross_device_ops(device_names))
     else:
+        device_names = configure_cpu_devices(devices)
         strategy = tf.distribute.experimental.CentralStorageStrategy(device_names, parameter_device="/cpu:0")
     info = StrategyInfo(name, type(strategy).__name__, strategy.num_replicas_in_sync, list(device_names))
     log.info("strategy %s: %d replica(s) on %s", name, info.replicas, ", ".join(info.devices))

@@ -17,6 +17,7 @@ import mlflow
 import mlflow.tensorflow
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
+from mlflow.utils.git_utils import get_git_commit
 
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
@@ -41,7 +42,11 @@ def configure(config: MlflowConfig) -> str:
     """
     uri = config.tracking_uri
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(uri[len("sqlite:///") :]).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"mlflow.tracking_uri {uri}: cannot create {folder} ({err.strerror})") from None
     mlflow.set_tracking_uri(uri)
     try:
         experiment = mlflow.set_experiment(config.experiment)
@@ -62,8 +67,12 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def context_tags() -> dict[str, str]:
-    """Tags that trace a run to its DVC stage and experiment, when DVC ran it."""
-    return {tag: os.environ[var] for var, tag in _DVC_ENV_TAGS.items() if os.environ.get(var)}
+    """Tags that trace a run to its code (git commit) and, when DVC ran it, its stage and experiment."""
+    tags = {tag: os.environ[var] for var, tag in _DVC_ENV_TAGS.items() if os.environ.get(var)}
+    commit = get_git_commit(os.getcwd())
+    if commit:
+        tags["git.commit"] = commit
+    return tags
 
 
 @contextlib.contextmanager

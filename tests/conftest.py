@@ -1,0 +1,61 @@
+"""Shared fixtures: a tiny offline config, prepared sample data, a temp MLflow store.
+
+TensorFlow can split the CPU into logical devices only before its first op,
+so this process is given 2 logical CPUs once, up front: Mirrored and
+CentralStorage tests get 2 replicas, everything else uses /cpu:0.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfdist.strategies import configure_cpu_devices
+
+REPO = Path(__file__).resolve().parents[1]
+LOGICAL_CPUS = 2
+configure_cpu_devices(LOGICAL_CPUS)
+
+
+def tiny_params(tmp_path: Path, **sections: dict) -> Path:
+    """Write a params.yaml for fast offline tests (sample data, 2 epochs, temp MLflow store)."""
+    params = {
+        "seed": 7,
+        "data": {"source": "sample", "validation_split": 0.1, "test_split": 0.2},
+        "train": {"epochs": 2, "batch_size": 32, "steps_per_execution": 20},
+        "distributed": {"strategies": ["mirrored"], "devices": LOGICAL_CPUS},
+        "mlflow": {"tracking_uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db", "experiment": "tests", "log_models": False},
+    }
+    for key, value in sections.items():
+        params[key] = {**params.get(key, {}), **value}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.fixture
+def params_file(tmp_path: Path) -> Path:
+    return tiny_params(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def prepared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled sample, preprocessed once per session."""
+    from tfdist.config import load_config
+    from tfdist.pipeline import preprocess
+
+    root = tmp_path_factory.mktemp("prepared")
+    config = load_config(tiny_params(root))
+    preprocess(config, root / "data")
+    return root / "data"
+
+
+@pytest.fixture
+def prepared_copy(prepared_dir: Path, tmp_path: Path) -> Path:
+    """A per-test copy of the prepared data, for tests that write next to it."""
+    target = tmp_path / "data" / "prepared"
+    shutil.copytree(prepared_dir, target)
+    return target

@@ -1,0 +1,54 @@
+import pytest
+
+from tfdist.errors import InputError
+from tfdist.reporting import build_comparison, plot_figures, render_markdown
+
+
+def train_report(strategy, seconds, replicas=1, devices=("/cpu:0",)):
+    return {"strategy": strategy, "strategy_class": "X", "replicas": replicas, "devices": list(devices),
+            "global_batch_size": 25 * replicas, "learning_rate": 0.001, "epochs": 2, "train_seconds": seconds,
+            "samples_per_second": 1000 / seconds, "mlflow_run_id": f"id-{strategy}"}
+
+
+def history():
+    return [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}, {"epoch": 2, "loss": 0.3, "val_loss": 0.4}]
+
+
+def test_speedup_and_accuracy_delta_are_relative_to_normal():
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "mirrored": train_report("mirrored", 20.0, 2, ["/cpu:0", "/cpu:1"])},
+        {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.94, "loss": 0.3}},
+    )
+    mirrored = comparison["runs"]["mirrored"]
+    assert mirrored["speedup"] == pytest.approx(0.5)
+    assert mirrored["accuracy_delta_points"] == pytest.approx(-1.0)
+    assert list(comparison["runs"]) == ["normal", "mirrored"]
+    assert comparison["verdict"].startswith("Distribution did not pay off on this hardware")
+    assert "logical devices carved out of the same" in comparison["verdict"]
+
+
+def test_a_real_speedup_is_called_one():
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "mirrored": train_report("mirrored", 4.0, 4, ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"])},
+        {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.95, "loss": 0.2}},
+    )
+    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.50x as fast")
+    assert "4 replicas on /gpu:0" in comparison["verdict"]
+
+
+def test_comparison_needs_the_normal_run():
+    with pytest.raises(InputError, match="needs the 'normal' run"):
+        build_comparison({"mirrored": train_report("mirrored", 1.0)}, {"mirrored": {"accuracy": 1, "loss": 0}})
+
+
+def test_markdown_and_figures(tmp_path):
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "central_storage": train_report("central_storage", 9.5, 2)},
+        {"normal": {"accuracy": 0.95, "loss": 0.2}, "central_storage": {"accuracy": 0.951, "loss": 0.2}},
+    )
+    markdown = render_markdown(comparison)
+    assert "| central_storage | central_storage | 2 | 50 | 9.5 | 105 | 1.05x | 0.9510 | +0.10 |" in markdown
+    assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
+    paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
+    assert [p.name for p in paths] == ["throughput.png", "accuracy_vs_time.png", "loss_curves.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)

@@ -1,0 +1,104 @@
+"""Each stage through click's CliRunner: outputs written, exit codes per the contract."""
+
+import json
+
+import mlflow
+import pytest
+from click.testing import CliRunner
+
+from stages import compare, evaluate, preprocess, train
+
+from conftest import tiny_params
+
+
+def invoke(command, *args):
+    return CliRunner().invoke(command.main, [str(a) for a in args])
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path)
+    return tmp_path
+
+
+def test_preprocess_writes_data_and_summary(workdir):
+    result = invoke(preprocess, "--set", "data.validation_split=0.2")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((workdir / "reports" / "data.json").read_text())
+    assert summary["source"] == "sample" and summary["splits"]["val"]["total"] == 800
+    assert len(summary["sha256"]) == 64
+    assert sorted(p.name for p in (workdir / "data" / "prepared").iterdir()) == ["test.npz", "train.npz", "val.npz"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "train.epochs=0"], "error: train.epochs must be >= 1; got 0"),
+        (["--set", "train.epoch=3"], "error: unknown key train.epoch; did you mean train.epochs?"),
+        (["--params", "missing.yaml"], "error: params file missing.yaml not found"),
+        (["--set", "data.source=/no/such/mnist.npz"], "error: data.source: /no/such/mnist.npz does not exist"),
+    ],
+)
+def test_preprocess_usage_errors_exit_2_with_one_line_and_no_output(workdir, args, message):
+    result = invoke(preprocess, *args)
+    assert result.exit_code == 2
+    assert result.output.strip() == message or result.output.startswith(message)
+    assert "Traceback" not in result.output
+    assert not (workdir / "reports").exists() and not (workdir / "data").exists()
+
+
+def test_train_rejects_an_unknown_strategy(workdir):
+    result = invoke(train, "--strategy", "bogus", "--name", "x")
+    assert result.exit_code == 2 and "'bogus' is not one of 'default'" in result.output
+
+
+def test_train_without_prepared_data_exits_2(workdir):
+    result = invoke(train, "--name", "normal")
+    assert result.exit_code == 2
+    assert "data/prepared/train.npz not found; run the preprocess stage first" in result.output
+
+
+def test_train_evaluate_compare(workdir, prepared_copy):
+    for name, strategy in (("normal", "default"), ("mirrored", "mirrored")):
+        result = invoke(train, "--strategy", strategy, "--name", name, "--set", "mlflow.log_models=true")
+        assert result.exit_code == 0, result.output
+        result = invoke(evaluate, "--name", name)
+        assert result.exit_code == 0, result.output
+
+    report = json.loads((workdir / "reports" / "train" / "mirrored.json").read_text())
+    assert report["replicas"] == 2 and report["global_batch_size"] == 64 and report["val_accuracy"] > 0.8
+    assert (workdir / "models" / "mirrored" / "MLmodel").is_file()
+    history = (workdir / "reports" / "train" / "history" / "mirrored.csv").read_text().splitlines()
+    assert history[0].startswith("epoch,loss,accuracy,val_loss,val_accuracy") and len(history) == 3
+    evaluation = json.loads((workdir / "reports" / "eval" / "mirrored.json").read_text())
+    assert evaluation["accuracy"] > 0.8 and evaluation["samples"] == 1000
+    confusion = (workdir / "reports" / "eval" / "confusion" / "mirrored.csv").read_text().splitlines()
+    assert confusion[0] == "actual,predicted" and len(confusion) == 1001
+
+    run = mlflow.get_run(report["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["strategy.replicas"] == "2"
+    assert run.data.metrics["test_accuracy"] == pytest.approx(evaluation["accuracy"])
+    assert mlflow.search_logged_models(experiment_ids=[run.info.experiment_id]).shape[0] == 2
+
+    result = invoke(compare)
+    assert result.exit_code == 0, result.output
+    out = workdir / "reports" / "compare"
+    assert "Distribution" in result.output
+    assert "| mirrored | mirrored | 2 | 64 |" in (out / "compare.md").read_text()
+    assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
+    compare_runs = mlflow.search_runs(filter_string="tags.stage = 'compare'", output_format="list")
+    assert len(compare_runs) == 1 and report["mlflow_run_id"] in compare_runs[0].data.tags["compared_run_ids"]
+
+
+def test_compare_names_a_missing_report(workdir):
+    result = invoke(compare)
+    assert result.exit_code == 2 and "reports/train/normal.json not found; run the stages" in result.output
+
+
+def test_help_explains_options():
+    result = invoke(train, "--help")
+    assert result.exit_code == 0
+    for option in ("--strategy", "--name", "--params", "--set"):
+        assert option in result.output

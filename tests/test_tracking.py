@@ -1,0 +1,65 @@
+import mlflow
+import pytest
+
+from tfdist import tracking
+from tfdist.config import MlflowConfig
+from tfdist.errors import InputError
+
+
+@pytest.fixture
+def store(tmp_path):
+    config = MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/store/mlflow.db", experiment="t")
+    tracking.configure(config)
+    return tmp_path / "store"
+
+
+def test_configure_creates_the_sqlite_store(store):
+    assert (store / "mlflow.db").is_file()
+
+
+def test_run_logs_params_tags_and_epoch_metrics(store, monkeypatch):
+    monkeypatch.setenv("DVC_STAGE", "train-normal")
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-1")
+    with tracking.start_run("normal", {"train": {"epochs": 2}}, {"strategy": "default"}) as run_id:
+        logger = tracking.EpochMetricsLogger()
+        for epoch in range(2):
+            logger.on_epoch_end(epoch, {"loss": 1.0 / (epoch + 1), "accuracy": 0.5})
+    run = mlflow.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "normal"
+    assert run.data.params["train.epochs"] == "2"
+    assert run.data.tags["dvc.stage"] == "train-normal" and run.data.tags["dvc.experiment"] == "exp-1"
+    history = mlflow.MlflowClient().get_metric_history(run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(1, 1.0), (2, 0.5)]
+
+
+def test_a_failing_run_is_marked_failed(store):
+    with pytest.raises(ZeroDivisionError), tracking.start_run("broken", {}, {}) as run_id:
+        1 / 0
+    assert mlflow.get_run(run_id).info.status == "FAILED"
+
+
+def test_metrics_can_be_added_to_a_finished_run(store):
+    with tracking.start_run("r", {}, {}) as run_id:
+        pass
+    tracking.log_metrics({"test_accuracy": 0.9}, run_id=run_id)
+    run = mlflow.get_run(run_id)
+    assert run.data.metrics["test_accuracy"] == 0.9 and run.info.status == "FINISHED"
+
+
+def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
+    from tfdist.config import ModelConfig
+    from tfdist.models import build_seed_model
+
+    model = build_seed_model(ModelConfig(hidden_units=[8]))
+    example = __import__("numpy").zeros((2, 784), dtype="float32")
+    tracking.save_model(model, tmp_path / "m", example)
+    loaded = tracking.load_model(tmp_path / "m")
+    assert loaded.predict(example, verbose=0).shape == (2, 10)
+    assert mlflow.pyfunc.load_model(str(tmp_path / "m")).predict(example).shape == (2, 10)
+
+
+def test_unusable_store_fails_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(InputError, match="mlflow.tracking_uri sqlite:///.*: cannot create"):
+        tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{blocker}/sub/mlflow.db"))

@@ -29,7 +29,7 @@ def main(params_path: Path, overrides: tuple[str, ...], name: str, data_dir: Pat
         from tfdist.pipeline import evaluate
 
         report, actual, predicted = evaluate(config, name, data_dir, models_dir / name, train_reports / f"{name}.json")
-        rows = "".join(f"{a},{p}\n" for a, p in zip(actual, predicted))
+        rows = "".join(f"{a},{p}\n" for a, p in zip(actual, predicted, strict=True))
         atomic.write_text(reports_dir / "confusion" / f"{name}.csv", "actual,predicted\n" + rows)
         atomic.write_json(reports_dir / f"{name}.json", report)
 

@@ -29,7 +29,8 @@ def test_speedup_and_accuracy_delta_are_relative_to_normal():
 
 def test_a_real_speedup_is_called_one():
     comparison = build_comparison(
-        {"normal": train_report("default", 10.0), "mirrored": train_report("mirrored", 4.0, 4, ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"])},
+        {"normal": train_report("default", 10.0),
+         "mirrored": train_report("mirrored", 4.0, 4, [f"/gpu:{i}" for i in range(4)])},
         {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.95, "loss": 0.2}},
     )
     assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.50x as fast")

@@ -132,7 +132,10 @@ def load_path(path: Path) -> RawDigits:
         with np.load(path, allow_pickle=False) as npz:
             missing = [key for key in IDX_FILES if key not in npz.files]
             if missing:
-                raise InputError(f"data.source: {path} lacks arrays {', '.join(missing)} (a Keras mnist.npz has x_train, y_train, x_test, y_test)")
+                raise InputError(
+                    f"data.source: {path} lacks arrays {', '.join(missing)} "
+                    "(a Keras mnist.npz has x_train, y_train, x_test, y_test)"
+                )
             arrays = {key: npz[key] for key in IDX_FILES}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tfdist.config import Config, ConfigError, load_config
+from tfdist.config import ConfigError
 from tfdist.errors import TfdistError
 from tfdist.strategies import StrategyError
 
@@ -43,8 +43,3 @@ def stage_errors() -> Iterator[None]:
     except TfdistError as err:
         click.echo(f"error: {err}", err=True)
         raise click.exceptions.Exit(err.exit_code) from None
-
-
-def load(params_path: Path, overrides: tuple[str, ...]) -> Config:
-    """Load the config (inside :func:`stage_errors`)."""
-    return load_config(params_path, overrides)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, load, stage_errors
+from stages._cli import config_options, stage_errors
+from tfdist.config import load_config
 
 
 @click.command()
@@ -20,7 +21,7 @@ from stages._cli import config_options, load, stage_errors
 def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eval_reports: Path, out_dir: Path) -> None:
     """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
     with stage_errors():
-        config = load(params_path, overrides)
+        config = load_config(params_path, overrides)
         from tfdist.pipeline import compare
 
         names = ["normal", *config.distributed.strategies]

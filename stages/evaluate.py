@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, load, stage_errors
+from stages._cli import config_options, stage_errors
 from tfdist import atomic
+from tfdist.config import load_config
 
 
 @click.command()
@@ -25,7 +26,7 @@ def main(params_path: Path, overrides: tuple[str, ...], name: str, data_dir: Pat
          train_reports: Path, reports_dir: Path) -> None:
     """Test loss, accuracy and per-class precision/recall of model NAME; log them to its MLflow run."""
     with stage_errors():
-        config = load(params_path, overrides)
+        config = load_config(params_path, overrides)
         from tfdist.pipeline import evaluate
 
         report, actual, predicted = evaluate(config, name, data_dir, models_dir / name, train_reports / f"{name}.json")

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, load, stage_errors
+from stages._cli import config_options, stage_errors
 from tfdist import atomic
+from tfdist.config import load_config
 
 
 @click.command()
@@ -19,7 +20,7 @@ from tfdist import atomic
 def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: Path) -> None:
     """Load MNIST from data.source, normalise to [0, 1], split train/val/test by label."""
     with stage_errors():
-        config = load(params_path, overrides)
+        config = load_config(params_path, overrides)
         from tfdist.pipeline import preprocess
 
         atomic.write_json(report, preprocess(config, out_dir))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, load, stage_errors
+from stages._cli import config_options, stage_errors
 from tfdist import atomic
+from tfdist.config import load_config
 from tfdist.strategies import STRATEGY_NAMES
 
 
@@ -28,7 +29,7 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
          data_dir: Path, models_dir: Path, reports_dir: Path) -> None:
     """Train the seed MLP with STRATEGY and write the model, a report and per-epoch history."""
     with stage_errors():
-        config = load(params_path, overrides)
+        config = load_config(params_path, overrides)
         from tfdist.pipeline import train
         from tfdist.training import EPOCH_COLUMNS
 

@@ -52,7 +52,7 @@ def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
 
     model = build_seed_model(ModelConfig(hidden_units=[8]))
     example = __import__("numpy").zeros((2, 784), dtype="float32")
-    tracking.save_model(model, tmp_path / "m", example)
+    tracking.save_model(model, tmp_path / "m", example, log_to_run=False)
     loaded = tracking.load_model(tmp_path / "m")
     assert loaded.predict(example, verbose=0).shape == (2, 10)
     assert mlflow.pyfunc.load_model(str(tmp_path / "m")).predict(example).shape == (2, 10)

@@ -55,9 +55,7 @@ def train(config: Config, strategy_name: str, name: str, prepared_dir: Path, mod
         result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()])
         example = train_split.x[:5]
         with atomic.atomic_path(model_dir) as tmp:
-            tracking.save_model(result.model, tmp, example)
-        if config.mlflow.log_models:
-            tracking.log_model(result.model, example)
+            tracking.save_model(result.model, tmp, example, log_to_run=config.mlflow.log_models)
         summary = {
             "train_seconds": result.train_seconds,
             "samples_per_second": result.samples_per_second,

@@ -124,14 +124,16 @@ def _model_kwargs(model: keras.Model, example: Any) -> dict[str, Any]:
     }
 
 
-def save_model(model: keras.Model, path: Path, example: Any) -> None:
-    """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc)."""
-    mlflow.tensorflow.save_model(model, str(path), **_model_kwargs(model, example))
+def save_model(model: keras.Model, path: Path, example: Any, log_to_run: bool) -> None:
+    """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc).
 
-
-def log_model(model: keras.Model, example: Any) -> str:
-    """Log ``model`` to the active run as its ``model``; return the model URI."""
-    return mlflow.tensorflow.log_model(model, name="model", **_model_kwargs(model, example)).model_uri
+    With ``log_to_run`` it is also logged to the active run as ``model``; the
+    signature (one prediction) is computed once for both.
+    """
+    kwargs = _model_kwargs(model, example)
+    mlflow.tensorflow.save_model(model, str(path), **kwargs)
+    if log_to_run:
+        mlflow.tensorflow.log_model(model, name="model", **kwargs)
 
 
 def load_model(path: Path) -> keras.Model:

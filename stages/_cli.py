@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import click
 
 from tfdist.config import ConfigError
-from tfdist.errors import TfdistError
+from tfdist.errors import Interrupted, TfdistError
 from tfdist.strategies import StrategyError
 
 
@@ -35,11 +36,23 @@ def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def stage_errors() -> Iterator[None]:
     """Turn user and run errors into one stderr line and the contract's exit code."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
+    # MLflow run is closed and temporary outputs are removed on the way out.
+    signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         yield
+    except KeyboardInterrupt:
+        click.echo("error: interrupted by SIGINT", err=True)
+        raise click.exceptions.Exit(128 + signal.SIGINT) from None
     except (ConfigError, StrategyError) as err:
         click.echo(f"error: {err}", err=True)
         raise click.exceptions.Exit(2) from None
     except TfdistError as err:
         click.echo(f"error: {err}", err=True)
         raise click.exceptions.Exit(err.exit_code) from None
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from pathlib import Path
 
 import click
@@ -27,13 +28,27 @@ from tfdist.strategies import STRATEGY_NAMES
               help="Folder for NAME.json and history/NAME.csv.")
 def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str,
          data_dir: Path, models_dir: Path, reports_dir: Path) -> None:
-    """Train the seed MLP with STRATEGY and write the model, a report and per-epoch history."""
+    """Train the seed MLP with STRATEGY and write the model, a report and per-epoch history.
+
+    multi_worker_mirrored and parameter_server run as the task TF_CONFIG names
+    when it is set (cluster mode), else start distributed.workers workers (and
+    distributed.ps parameter servers) as local processes on 127.0.0.1.
+    """
     with stage_errors():
         config = load_config(params_path, overrides)
         from tfdist.pipeline import train
         from tfdist.training import EPOCH_COLUMNS
 
-        report, history = train(config, strategy, name, data_dir, models_dir / name)
+        launch = [
+            sys.executable, "-m", "stages.train", "--params", str(params_path),
+            *(arg for item in overrides for arg in ("--set", item)),
+            "--strategy", strategy, "--name", name, "--data", str(data_dir),
+            "--models", str(models_dir), "--reports", str(reports_dir),
+        ]
+        outputs = train(config, strategy, name, data_dir, models_dir / name, launch)
+        if outputs is None:
+            return  # another process of the cluster writes the outputs
+        report, history = outputs
         atomic.write_text(reports_dir / "history" / f"{name}.csv", _to_csv(history, EPOCH_COLUMNS))
         atomic.write_json(reports_dir / f"{name}.json", report)
 

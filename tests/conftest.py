@@ -7,6 +7,7 @@ CentralStorage tests get 2 replicas, everything else uses /cpu:0.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,16 @@ from tfdist.strategies import configure_cpu_devices
 REPO = Path(__file__).resolve().parents[1]
 LOGICAL_CPUS = 2
 configure_cpu_devices(LOGICAL_CPUS)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
 
 
 def tiny_params(tmp_path: Path, **sections: dict) -> Path:

@@ -48,8 +48,25 @@ def test_markdown_and_figures(tmp_path):
         {"normal": {"accuracy": 0.95, "loss": 0.2}, "central_storage": {"accuracy": 0.951, "loss": 0.2}},
     )
     markdown = render_markdown(comparison)
-    assert "| central_storage | central_storage | 2 | 50 | 9.5 | 105 | 1.05x | 0.9510 | +0.10 |" in markdown
+    assert "| central_storage | central_storage | sync | 2 | 1 | 50 | 0.001 | 9.5 | 105 | 1.05x | 0.9510 | +0.10 |" in markdown
+    assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
     assert [p.name for p in paths] == ["throughput.png", "accuracy_vs_time.png", "loss_curves.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynchronous():
+    ps = {**train_report("parameter_server", 30.0, 1, ["/job:worker/task:0", "/job:worker/task:1"]),
+          "workers": 2, "ps": 1, "synchronous": False}
+    mwms = {**train_report("multi_worker_mirrored", 25.0, 2, ["/job:worker/task:0", "/job:worker/task:1"]),
+            "workers": 2, "ps": 0, "synchronous": True, "learning_rate": 0.002}
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "parameter_server": ps, "multi_worker_mirrored": mwms},
+        {name: {"accuracy": 0.95, "loss": 0.2} for name in ("normal", "parameter_server", "multi_worker_mirrored")},
+    )
+    markdown = render_markdown(comparison)
+    assert "| parameter_server | parameter_server | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
+    assert "| multi_worker_mirrored | multi_worker_mirrored | sync | 2 | 2 | 50 | 0.002 |" in markdown
+    assert "**Asynchronous:** parameter_server trained with parameter servers" in markdown
+    assert "Its 2 worker processes shared the same" in comparison["verdict"]

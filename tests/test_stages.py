@@ -53,6 +53,20 @@ def test_train_rejects_an_unknown_strategy(workdir):
     assert result.exit_code == 2 and "'bogus' is not one of 'default'" in result.output
 
 
+@pytest.mark.parametrize(("strategy", "tf_config", "message"), [
+    ("multi_worker_mirrored", "{oops",
+     "error: TF_CONFIG is not valid JSON (Expecting property name enclosed in double quotes at character 1)"),
+    ("parameter_server", '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
+     "error: TF_CONFIG: parameter_server needs jobs chief, worker and ps; missing chief, ps"),
+])
+def test_train_refuses_a_malformed_tf_config_with_exit_2(workdir, monkeypatch, strategy, tf_config, message):
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    result = invoke(train, "--strategy", strategy, "--name", "x")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == message
+    assert not (workdir / "models").exists()
+
+
 def test_train_without_prepared_data_exits_2(workdir):
     result = invoke(train, "--name", "normal")
     assert result.exit_code == 2
@@ -85,7 +99,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert result.exit_code == 0, result.output
     out = workdir / "reports" / "compare"
     assert "Distribution" in result.output
-    assert "| mirrored | mirrored | 2 | 64 |" in (out / "compare.md").read_text()
+    assert "| mirrored | mirrored | sync | 2 | 1 | 64 |" in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
     compare_runs = mlflow.search_runs(filter_string="tags.stage = 'compare'", output_format="list")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from tfdist.config import load_config
-from tfdist.data import load_split
+from tfdist.data import load_split, make_worker_dataset_fn
 from tfdist.errors import InputError, RunError
-from tfdist.runtime import keras
+from tfdist.runtime import keras, tf
 from tfdist.strategies import make_strategy
-from tfdist.training import EPOCH_COLUMNS, DivergenceGuard, train_model
+from tfdist.training import EPOCH_COLUMNS, DivergenceGuard, LinearWarmup, effective_learning_rate, train_model
 
 from conftest import tiny_params
 
@@ -22,7 +22,7 @@ class Recorder(keras.callbacks.Callback):
         self.epochs.append(dict(logs))
 
 
-@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+@pytest.mark.parametrize("strategy_name", ["default", "one_device", "mirrored", "central_storage"])
 def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     config = load_config(tiny_params(tmp_path))
     strategy, info = make_strategy(strategy_name, config.distributed.devices)
@@ -32,6 +32,7 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     test = load_split(prepared_dir, "test")
     accuracy = float(np.mean(result.model.predict(test.x, verbose=0).argmax(axis=1) == test.y))
     assert accuracy > 0.8, "two epochs on 3,600 real digits reach well above chance (0.1)"
+    assert info.replicas == (2 if strategy_name in ("mirrored", "central_storage") else 1)
     assert result.global_batch_size == 32 * info.replicas
     assert result.steps_per_epoch == 3600 // result.global_batch_size
     assert [row["epoch"] for row in result.history] == [1, 2]
@@ -51,3 +52,41 @@ def test_divergence_stops_with_a_hint():
     with pytest.raises(RunError, match="loss is nan at epoch 3; lower train.learning_rate"):
         DivergenceGuard().on_epoch_end(2, {"loss": math.nan})
     DivergenceGuard().on_epoch_end(0, {"loss": 0.5})
+
+
+def test_each_worker_reads_a_disjoint_shard_under_parameter_server(prepared_dir):
+    """The dataset function gives each worker its own part of the data."""
+    train = load_split(prepared_dir, "train")
+    fn = make_worker_dataset_fn(train, 25, seed=1)
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=1)
+        batches = fn(context).take(len(train) // 2 // 25)
+        seen.append({x.tobytes() for xb, _ in batches.as_numpy_iterator() for x in xb})
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    assert np.isclose(len(seen[0]), len(train) / 2, rtol=0.05)
+
+
+@pytest.mark.parametrize(("scaling", "expected"), [("none", 0.001), ("linear", 0.004)])
+def test_linear_scaling_multiplies_the_rate_by_global_over_per_replica_batch(tmp_path, scaling, expected):
+    config = load_config(tiny_params(tmp_path, train={"learning_rate": 0.001, "batch_size": 32, "lr_scaling": scaling}))
+    assert effective_learning_rate(config.train, global_batch_size=128) == pytest.approx(expected)
+
+
+def test_warmup_ramps_linearly_then_holds():
+    schedule = LinearWarmup(0.01, warmup_steps=4)
+    rates = [float(schedule(tf.constant(step))) for step in range(6)]
+    assert rates == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01])
+
+
+def test_scaled_rate_and_warmup_reach_the_optimizer_under_mirrored(tmp_path, prepared_dir):
+    config = load_config(tiny_params(tmp_path, train={"epochs": 2, "lr_scaling": "linear", "warmup_epochs": 0.5}))
+    strategy, info = make_strategy("mirrored", config.distributed.devices)
+    result = train_model(config, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
+    assert result.learning_rate == pytest.approx(0.001 * info.replicas)
+    assert result.warmup_steps == round(0.5 * result.steps_per_epoch)
+    optimizer = result.model.optimizer
+    rate = optimizer.learning_rate  # the value the schedule gave at the last step
+    rate = float(rate.numpy() if hasattr(rate, "numpy") else rate)
+    assert rate == pytest.approx(result.learning_rate), "warm-up is over: the scaled rate is reached"
+    assert result.history[-1]["val_accuracy"] > 0.8

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 #: Strategies the pipeline can run as ``train-distributed`` stages.
-DISTRIBUTED_STRATEGIES = ("one_device", "mirrored", "central_storage")
+DISTRIBUTED_STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
+LR_SCALINGS = ("none", "linear")
 DATA_SOURCES = ("auto", "keras", "sample")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 
@@ -78,6 +79,10 @@ class TrainConfig:
         optimizer: ``adam``, ``sgd`` or ``rmsprop``.
         steps_per_execution: training steps run per call into the TF runtime;
             larger values amortise per-step Python overhead.
+        lr_scaling: ``none`` keeps ``learning_rate``; ``linear`` multiplies it by
+            global batch / ``batch_size`` (the linear scaling rule, Goyal et al. 2017).
+        warmup_epochs: epochs over which the learning rate ramps linearly from
+            near zero up to its (scaled) value; 0 turns warm-up off.
     """
 
     epochs: int = _knob(10, ge=1)
@@ -85,21 +90,29 @@ class TrainConfig:
     learning_rate: float = _knob(0.001, gt=0.0)
     optimizer: str = _knob("adam", choices=OPTIMIZERS)
     steps_per_execution: int = _knob(50, ge=1)
+    lr_scaling: str = _knob("none", choices=LR_SCALINGS)
+    warmup_epochs: float = _knob(0.0, ge=0.0)
 
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """Which strategies ``train-distributed`` runs and on how many devices.
+    """Which strategies ``train-distributed`` runs and on how many devices or processes.
 
     Attributes:
         strategies: one ``train-distributed`` stage per entry.
-        devices: logical CPU devices to split this machine into when it has no GPU.
+        devices: logical CPU devices to split this machine into when it has no GPU
+            (mirrored, central_storage).
+        workers: worker processes the local launcher starts for multi_worker_mirrored
+            and parameter_server (with TF_CONFIG set, the cluster decides instead).
+        ps: parameter server processes the local launcher starts for parameter_server.
     """
 
     strategies: list[str] = _knob(
         ["mirrored"], item_choices=DISTRIBUTED_STRATEGIES, min_len=1
     )
     devices: int = _knob(2, ge=1)
+    workers: int = _knob(2, ge=1)
+    ps: int = _knob(1, ge=1)
 
 
 @dataclass(frozen=True)

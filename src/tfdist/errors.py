@@ -6,6 +6,8 @@ any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import signal
+
 
 class TfdistError(Exception):
     """Base of the errors a user should read as one line, not a traceback."""
@@ -23,3 +25,11 @@ class RunError(TfdistError):
     """Something failed while running: a worker died, training diverged (exit 1)."""
 
     exit_code = 1
+
+
+class Interrupted(RunError):
+    """The process got SIGINT or SIGTERM and stopped (exit 128 + the signal number)."""
+
+    def __init__(self, signum: int, what: str = ""):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {what}" if what else ""))
+        self.exit_code = 128 + signum

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tfdist.config import ModelConfig, TrainConfig
 from tfdist.data import CLASSES, PIXELS
 from tfdist.runtime import keras
@@ -24,11 +26,28 @@ def build_seed_model(config: ModelConfig) -> keras.Model:
     return keras.Sequential(layers, name="seed_mlp")
 
 
-def compile_model(model: keras.Model, config: TrainConfig, learning_rate: float) -> None:
-    """Attach optimizer, loss and accuracy; also inside ``strategy.scope()``."""
+def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, **options: Any) -> None:
+    """Attach optimizer, loss and accuracy; also inside ``strategy.scope()``.
+
+    ``learning_rate`` is a float or a Keras learning-rate schedule; ``options``
+    go to ``compile`` as they are (e.g. ``pss_evaluation_shards``).
+    """
     model.compile(
         optimizer=_OPTIMIZERS[config.optimizer](learning_rate=learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         steps_per_execution=config.steps_per_execution,
+        **options,
     )
+
+
+def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
+    """The trained weights in a fresh model built outside any strategy.
+
+    What gets saved and evaluated: it loads anywhere, and predicting with it
+    needs no other worker (under MultiWorkerMirrored, ``predict`` on the
+    distributed model is a collective every worker must join).
+    """
+    copy = build_seed_model(config)
+    copy.set_weights(model.get_weights())
+    return copy

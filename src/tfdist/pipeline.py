@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import logging
 import platform
+import signal
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist import atomic
 from tfdist.config import Config, to_flat_dict
 from tfdist.data import PreparedData, load_split, prepare, save_prepared, summarize
+from tfdist.errors import InputError, Interrupted
 from tfdist.reporting import build_comparison, plot_figures, read_history, read_json, render_markdown
+
+if TYPE_CHECKING:
+    from tfdist.cluster import ClusterTask
 
 log = logging.getLogger(__name__)
 
@@ -29,37 +35,147 @@ def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None
     return summary
 
 
-def train(config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path) -> tuple[dict, list[dict]]:
+def train(
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str] = ()
+) -> tuple[dict, list[dict]] | None:
     """Train one model under ``strategy_name`` as MLflow run ``name``.
+
+    Single-process strategies train here. The multi-process ones follow
+    TF_CONFIG when it is set (cluster mode: this process is one task), else
+    start a local cluster on loopback (local mode): ``launch`` is the command
+    that runs this same stage as one task of it.
+
+    Returns:
+        The train report and the per-epoch history, for the process that must
+        write the stage outputs; None for any other: a non-chief worker, or a
+        local multi_worker_mirrored launcher whose chief worker wrote them.
+    """
+    from tfdist import cluster
+    from tfdist.strategies import MULTI_PROCESS_STRATEGIES, check_strategy_name
+
+    strategy_name = check_strategy_name(strategy_name)
+    task = cluster.read_tf_config()
+    if strategy_name not in MULTI_PROCESS_STRATEGIES:
+        if task is not None:
+            log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster.TF_CONFIG, strategy_name)
+        return _train_task(config, strategy_name, name, prepared_dir, model_dir, None)
+    if task is not None:
+        cluster.check_cluster(task, strategy_name)
+        log.info("cluster mode: this process is %s of %s", task.name, _describe_cluster(task.cluster))
+        if strategy_name == "parameter_server" and task.task_type != "chief":
+            cluster.serve(task)
+            return None
+        return _train_task(config, strategy_name, name, prepared_dir, model_dir, task)
+    return _launch_local(config, strategy_name, name, prepared_dir, model_dir, launch)
+
+
+def _launch_local(
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str]
+) -> tuple[dict, list[dict]] | None:
+    """Local mode: start the cluster's tasks as processes on 127.0.0.1 and see them through."""
+    import tempfile
+
+    from tfdist import cluster
+
+    if not launch:
+        raise InputError(f"strategy {strategy_name} without {cluster.TF_CONFIG} needs a launch command for its tasks")
+    spec = cluster.local_cluster(strategy_name, config.distributed.workers, config.distributed.ps)
+    log.info("local mode: starting %s on loopback for %s", _describe_cluster(spec), strategy_name)
+    with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch:
+        try:
+            with cluster.ProcessGroup() as group:
+                for task in cluster.tasks_of(spec):
+                    if task.task_type == "chief":
+                        continue  # parameter_server: this process coordinates
+                    env = {cluster.TF_CONFIG: task.to_tf_config(), cluster.SCRATCH_ENV: scratch}
+                    group.start(task.name, launch, env, must_finish=strategy_name == "multi_worker_mirrored")
+                if strategy_name == "multi_worker_mirrored":
+                    group.wait()
+                    log.info("all %d workers finished; worker-0 wrote the outputs", len(group.tasks))
+                    return None
+                group.watch()
+                try:
+                    chief = cluster.ClusterTask(spec, "chief", 0)
+                    result = _train_task(config, strategy_name, name, prepared_dir, model_dir, chief)
+                except BaseException:
+                    cluster.mute_native_stderr()
+                    raise
+                cluster.disconnect_remote()
+                return result
+        except BaseException as err:
+            _close_chief_run(config, Path(scratch) / name / _RUN_ID_FILE, "KILLED" if isinstance(err, Interrupted) else "FAILED")
+            raise
+
+
+#: Where a chief started by the local launcher leaves its MLflow run id, so the
+#: launcher can close the run if the chief is killed before it can.
+_RUN_ID_FILE = "chief-mlflow-run-id"
+
+
+def _close_chief_run(config: Config, run_id_file: Path, status: str) -> None:
+    if not run_id_file.exists():
+        return
+    from tfdist import tracking
+
+    run_id = run_id_file.read_text().strip()
+    tracking.configure(config.mlflow)
+    if tracking.close_if_running(run_id, status):
+        log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)
+
+
+def _describe_cluster(spec: Mapping[str, list[str]]) -> str:
+    return ", ".join(f"{len(addrs)} {job}{'s' if job == 'worker' and len(addrs) > 1 else ''}" for job, addrs in spec.items())
+
+
+def _train_task(
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, task: ClusterTask | None
+) -> tuple[dict, list[dict]] | None:
+    """Train in this process, as the only process or as one task of a cluster.
 
     The strategy is made first, before any TensorFlow op, so logical CPU
     devices can still be configured; the tracking store is checked before
-    training so a bad URI fails in seconds.
-
-    Returns:
-        The train report and the per-epoch history.
+    training so a bad URI fails in seconds. Only the chief (or the only
+    process) tracks and saves; another worker saves to a scratch folder.
     """
     from tfdist.strategies import make_strategy
 
-    strategy, info = make_strategy(strategy_name, config.distributed.devices)
+    resolver = task.resolver() if task is not None else None
+    strategy, info = make_strategy(strategy_name, config.distributed.devices, resolver)
+    if strategy_name == "multi_worker_mirrored" and task is not None:
+        # MWMS installs TensorFlow's SIGTERM preemption notifier, which swallows the
+        # signal; and unwinding mid-step would wait forever on an all-reduce the
+        # peers never finish. A stopped worker dies at once; its launcher closes the run.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     train_split, val_split = load_split(prepared_dir, "train"), load_split(prepared_dir, "val")
 
-    from tfdist import tracking
+    from tfdist.models import export_copy
     from tfdist.runtime import keras, tf
-    from tfdist.training import train_model
+    from tfdist.training import train_model, weights_digest
+
+    if task is not None and not task.is_chief:
+        result = train_model(config, strategy, info, train_split, val_split)
+        _save_scratch(task, name, weights_digest(result.model), result.history)
+        return None
+
+    from tfdist import tracking
 
     tracking.configure(config.mlflow)
     params = {**to_flat_dict(config), "strategy": info.to_dict(), "tensorflow": tf.__version__, "tf_keras": keras.__version__}
     tags = {"strategy": info.name, "stage": "train", "model_name": name, "synchronous": str(info.synchronous)}
     with tracking.start_run(name, params, tags) as run_id:
+        _leave_run_id(task, name, run_id)
         result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()])
-        example = train_split.x[:5]
+        model = export_copy(result.model, config.model)
+        digest = weights_digest(model)
+        log.info("%s: final weights sha256 %s", task.name if task else name, digest)
         with atomic.atomic_path(model_dir) as tmp:
-            tracking.save_model(result.model, tmp, example, log_to_run=config.mlflow.log_models)
+            tracking.save_model(model, tmp, train_split.x[:5], log_to_run=config.mlflow.log_models)
         summary = {
             "train_seconds": result.train_seconds,
             "samples_per_second": result.samples_per_second,
             "global_batch_size": result.global_batch_size,
+            "effective_learning_rate": result.learning_rate,
+            "warmup_steps": result.warmup_steps,
         }
         tracking.log_metrics(summary)
     report = {
@@ -67,17 +183,45 @@ def train(config: Config, strategy_name: str, name: str, prepared_dir: Path, mod
         **{k: v for k, v in info.to_dict().items() if k != "name"},
         "strategy": info.name,
         "global_batch_size": result.global_batch_size,
+        "lr_scaling": config.train.lr_scaling,
+        "base_learning_rate": config.train.learning_rate,
         "learning_rate": result.learning_rate,
+        "warmup_steps": result.warmup_steps,
         "epochs": len(result.history),
         "steps_per_epoch": result.steps_per_epoch,
         "train_seconds": result.train_seconds,
         "samples_per_second": result.samples_per_second,
         **result.final(),
+        "weights_sha256": digest,
         "mlflow_run_id": run_id,
         "tensorflow": tf.__version__,
         "host": platform.node(),
     }
     return report, result.history
+
+
+def _leave_run_id(task: ClusterTask | None, name: str, run_id: str) -> None:
+    """A chief started by the local launcher tells it which MLflow run is its own."""
+    import os
+
+    from tfdist import cluster
+
+    scratch = os.environ.get(cluster.SCRATCH_ENV)
+    if task is not None and scratch:
+        atomic.write_text(Path(scratch) / name / _RUN_ID_FILE, run_id)
+
+
+def _save_scratch(task: ClusterTask, name: str, digest: str, history: list[dict]) -> None:
+    """A non-chief worker's record: its final weights digest and history, outside the stage outputs."""
+    import os
+    import tempfile
+
+    from tfdist import cluster
+
+    root = os.environ.get(cluster.SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
+    path = Path(root) / name / f"{task.name}.json"
+    atomic.write_json(path, {"task": task.name, "weights_sha256": digest, "history": history})
+    log.info("%s: final weights sha256 %s; not the chief, so saved only %s", task.name, digest, path)
 
 
 def evaluate(config: Config, name: str, prepared_dir: Path, model_dir: Path, train_report: Path) -> tuple[dict, Any, Any]:

@@ -22,8 +22,11 @@ _NOISE = 0.10
 COLUMNS = (
     ("name", "run"),
     ("strategy", "strategy"),
+    ("synchronous", "sync"),
     ("replicas", "replicas"),
+    ("processes", "workers + ps"),
     ("global_batch_size", "global batch"),
+    ("learning_rate", "learning rate"),
     ("train_seconds", "train time (s)"),
     ("samples_per_second", "samples/s"),
     ("speedup", "speed-up vs normal"),
@@ -69,10 +72,16 @@ def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dic
             "name": name,
             "strategy": report["strategy"],
             "strategy_class": report["strategy_class"],
+            "synchronous": report.get("synchronous", True),
             "replicas": report["replicas"],
+            "workers": report.get("workers", 1),
+            "ps": report.get("ps", 0),
+            "processes": _processes(report),
             "devices": report["devices"],
             "global_batch_size": report["global_batch_size"],
             "learning_rate": report["learning_rate"],
+            "lr_scaling": report.get("lr_scaling", "none"),
+            "warmup_steps": report.get("warmup_steps", 0),
             "epochs": report["epochs"],
             "train_seconds": report["train_seconds"],
             "samples_per_second": report["samples_per_second"],
@@ -83,6 +92,11 @@ def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dic
             "mlflow_run_id": report.get("mlflow_run_id"),
         })
     return {"verdict": verdict(rows), "cpu_count": os.cpu_count(), "runs": {row["name"]: row for row in rows}}
+
+
+def _processes(report: dict[str, Any]) -> str:
+    workers, ps = report.get("workers", 1), report.get("ps", 0)
+    return f"{workers} + {ps}" if ps else str(workers)
 
 
 def verdict(rows: list[dict[str, Any]]) -> str:
@@ -108,7 +122,13 @@ def verdict(rows: list[dict[str, Any]]) -> str:
 
 def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:
     devices = best["devices"]
-    if devices and all("cpu" in d.lower() for d in devices) and best["replicas"] > 1:
+    on_cpus = not any("gpu" in d.lower() for d in devices)
+    if on_cpus and best["workers"] > 1:
+        servers = f" and {best['ps']} parameter server(s)" if best["ps"] else ""
+        return (f"Its {best['workers']} worker processes{servers} shared the same {os.cpu_count()} CPU cores when run "
+                "locally, so they add no compute, while every step pays for gRPC traffic between the processes "
+                "(all-reduce, or pushing updates to the ps); distribution pays with separate machines or GPUs.")
+    if on_cpus and best["replicas"] > 1:
         return (f"Its {best['replicas']} replicas are logical devices carved out of the same "
                 f"{os.cpu_count()} CPU cores, so they add no compute, while every step pays for "
                 "splitting the batch and combining gradients; distribution pays with separate GPUs or machines.")
@@ -136,6 +156,9 @@ def render_markdown(comparison: dict[str, Any]) -> str:
         "Train time is the wall time of Keras `fit` (training, validation and tracing); samples/s counts",
         "training examples per second of training time. Speed-up is normal train time divided by the run's.",
         "Test accuracy is on the held-out test split; Δ accuracy is against normal training.",
+        "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync);",
+        "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to).",
+        *_asynchronous_note(comparison["runs"].values()),
         "",
         "![throughput](figures/throughput.png)",
         "![accuracy vs time](figures/accuracy_vs_time.png)",
@@ -143,6 +166,20 @@ def render_markdown(comparison: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _asynchronous_note(rows: Any) -> list[str]:
+    names = [row["name"] for row in rows if not row["synchronous"]]
+    if not names:
+        return []
+    return [
+        "",
+        f"**Asynchronous:** {', '.join(names)} trained with parameter servers: each worker runs whole steps on its own",
+        "and applies its updates to the variables on the ps without waiting for the other workers, so workers can",
+        "compute on slightly stale weights. Its global batch is one worker's step (replicas per worker × batch size);",
+        "an epoch is still one pass over the training data, shared by the workers. The other runs are synchronous:",
+        "all replicas combine their gradients before every update.",
+    ]
 
 
 def _cell(key: str, value: Any) -> str:
@@ -156,6 +193,10 @@ def _cell(key: str, value: Any) -> str:
         return f"{value:.4f}"
     if key == "accuracy_delta_points":
         return f"{value:+.2f}"
+    if key == "synchronous":
+        return "sync" if value else "async"
+    if key == "learning_rate":
+        return f"{value:g}"
     return str(value)
 
 

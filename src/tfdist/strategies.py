@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Names ``make_strategy`` accepts. ``default`` is no distribution at all.
-STRATEGY_NAMES = ("default", "one_device", "mirrored", "central_storage", "tpu")
+STRATEGY_NAMES = (
+    "default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu",
+)
+#: Strategies whose replicas live in several processes, joined through a cluster spec (TF_CONFIG).
+MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 
 
 class StrategyError(ValueError):
@@ -86,26 +90,45 @@ def configure_cpu_devices(count: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(count)]
 
 
-def make_strategy(name: Any, devices: int = 2) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+def check_strategy_name(name: Any) -> str:
+    """``name`` lower-cased if it is a known strategy.
+
+    Raises:
+        StrategyError: naming the value and the choices (YAML may turn ``off`` into
+            ``False``: non-strings are refused too).
+    """
+    if not isinstance(name, str) or name.lower() not in STRATEGY_NAMES:
+        raise StrategyError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+    return name.lower()
+
+
+def make_strategy(
+    name: Any, devices: int = 2, cluster_resolver: Any = None
+) -> tuple[tf.distribute.Strategy, StrategyInfo]:
     """Build the strategy called ``name``.
 
     Args:
         name: one of :data:`STRATEGY_NAMES`.
         devices: logical CPU devices for Mirrored/CentralStorage when no GPU exists.
+        cluster_resolver: where the other processes are, for the strategies in
+            :data:`MULTI_PROCESS_STRATEGIES`; MultiWorkerMirrored without one runs
+            as a single worker, ParameterServer needs one.
 
     Raises:
-        StrategyError: ``name`` is not a known strategy (YAML may turn ``off`` into
-            ``False``: non-strings are refused too), or needs hardware that is absent.
+        StrategyError: ``name`` is not a known strategy, or needs hardware or a
+            cluster that is absent.
     """
-    if not isinstance(name, str) or name.lower() not in STRATEGY_NAMES:
-        raise StrategyError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
-    name = name.lower()
+    name = check_strategy_name(name)
     tf = _tensorflow()
     if name == "default":
         strategy = tf.distribute.get_strategy()
         return strategy, StrategyInfo(name, type(strategy).__name__, 1, [_first_device()])
     if name == "tpu":
         return _make_tpu()
+    if name == "multi_worker_mirrored":
+        return _make_multi_worker(cluster_resolver)
+    if name == "parameter_server":
+        return _make_parameter_server(cluster_resolver)
     if name == "one_device":
         device_names = [_first_device()]
         strategy = tf.distribute.OneDeviceStrategy(device_names[0])
@@ -117,6 +140,46 @@ def make_strategy(name: Any, devices: int = 2) -> tuple[tf.distribute.Strategy, 
         strategy = tf.distribute.experimental.CentralStorageStrategy(device_names, parameter_device="/cpu:0")
     info = StrategyInfo(name, type(strategy).__name__, strategy.num_replicas_in_sync, list(device_names))
     log.info("strategy %s: %d replica(s) on %s", name, info.replicas, ", ".join(info.devices))
+    return strategy, info
+
+
+def _make_multi_worker(resolver: Any) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+    # Every worker process contributes its local device(s): one CPU, or its GPUs.
+    # RING collectives work on CPUs; NCCL would need GPUs on every worker.
+    tf = _tensorflow()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+        if tf.config.list_physical_devices("GPU") else tf.distribute.experimental.CommunicationImplementation.RING
+    )
+    kwargs = {"cluster_resolver": resolver} if resolver is not None else {}
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options, **kwargs)
+    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    tasks = [f"/job:{job}/task:{i}" for job in ("chief", "worker") for i in range(len(jobs.get(job, [])))]
+    tasks = tasks or ["/job:localhost/task:0"]
+    info = StrategyInfo("multi_worker_mirrored", type(strategy).__name__, strategy.num_replicas_in_sync, tasks, len(tasks))
+    log.info("strategy multi_worker_mirrored: %d replica(s) across %d worker(s)", info.replicas, info.workers)
+    return strategy, info
+
+
+def _make_parameter_server(resolver: Any) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+    # Each worker runs whole steps on its own and pushes its updates to the
+    # parameter servers without waiting for the others: asynchronous training.
+    # num_replicas_in_sync is the replicas *per worker* (1 on a CPU worker), so a
+    # step's global batch is batch_size x that, whatever the number of workers.
+    if resolver is None:
+        raise StrategyError(
+            "strategy 'parameter_server' needs a cluster with chief, worker and ps tasks; "
+            "set TF_CONFIG or let the train stage launch one locally"
+        )
+    tf = _tensorflow()
+    jobs = resolver.cluster_spec().as_dict()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    workers, ps = len(jobs.get("worker", [])), len(jobs.get("ps", []))
+    tasks = [f"/job:worker/task:{i}" for i in range(workers)]
+    info = StrategyInfo(
+        "parameter_server", type(strategy).__name__, strategy.num_replicas_in_sync, tasks, workers, ps, synchronous=False
+    )
+    log.info("strategy parameter_server: %d worker(s), %d ps, asynchronous", workers, ps)
     return strategy, info
 
 

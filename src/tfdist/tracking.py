@@ -87,6 +87,19 @@ def start_run(name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> 
         yield run.info.run_id
 
 
+def close_if_running(run_id: str, status: str) -> bool:
+    """End run ``run_id`` with ``status`` (FAILED, KILLED) if it is still RUNNING.
+
+    For a run whose process could not end it: a worker killed by its launcher.
+    Returns whether the run was closed here.
+    """
+    client = mlflow.MlflowClient()
+    if client.get_run(run_id).info.status != "RUNNING":
+        return False
+    client.set_terminated(run_id, status=status)
+    return True
+
+
 class EpochMetricsLogger(keras.callbacks.Callback):
     """Logs every number of an epoch's logs to the active run, at ``step = epoch``.
 

@@ -6,12 +6,15 @@ one, and tests run without it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
 
-from tfdist.config import Config
-from tfdist.data import Digits, make_dataset
+import numpy as np
+
+from tfdist.config import Config, TrainConfig
+from tfdist.data import Digits, make_dataset, make_worker_dataset_fn
 from tfdist.errors import InputError, RunError
 from tfdist.models import build_seed_model, compile_model
 from tfdist.runtime import keras, tf
@@ -25,10 +28,11 @@ class TrainResult:
     """A trained model and what it cost.
 
     Attributes:
-        model: the trained Keras model.
+        model: the trained Keras model (its variables belong to the strategy).
         history: one dict per epoch with :data:`EPOCH_COLUMNS`.
         global_batch_size: examples per step across all replicas.
-        learning_rate: the learning rate the optimizer used.
+        learning_rate: the effective learning rate, after scaling (and warm-up).
+        warmup_steps: steps of linear warm-up before ``learning_rate`` is reached.
         steps_per_epoch: optimizer steps per epoch.
         train_seconds: wall time of ``fit`` (training and validation).
         samples_per_second: training examples per second of training time.
@@ -38,6 +42,7 @@ class TrainResult:
     history: list[dict[str, float]]
     global_batch_size: int
     learning_rate: float
+    warmup_steps: int
     steps_per_epoch: int
     train_seconds: float
     samples_per_second: float
@@ -75,6 +80,34 @@ class EpochTimer(keras.callbacks.Callback):
             logs["samples_per_second"] = self.samples_per_epoch / seconds
 
 
+class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
+    """Ramps the learning rate linearly to ``target`` over ``warmup_steps``, then holds it.
+
+    A schedule rather than a callback: the optimizer evaluates it in-graph at
+    every step, which works under every strategy (ParameterServer refuses
+    batch-level callbacks) and costs no Python per step.
+    """
+
+    def __init__(self, target: float, warmup_steps: int):
+        super().__init__()
+        self.target = target
+        self.warmup_steps = warmup_steps
+
+    def __call__(self, step: tf.Tensor) -> tf.Tensor:
+        done = (tf.cast(step, tf.float32) + 1.0) / float(self.warmup_steps)
+        return self.target * tf.minimum(1.0, done)
+
+    def get_config(self) -> dict:
+        return {"target": self.target, "warmup_steps": self.warmup_steps}
+
+
+def effective_learning_rate(config: TrainConfig, global_batch_size: int) -> float:
+    """``learning_rate``, times global batch / per-replica batch under ``lr_scaling: linear``."""
+    if config.lr_scaling == "linear":
+        return config.learning_rate * global_batch_size / config.batch_size
+    return config.learning_rate
+
+
 class DivergenceGuard(keras.callbacks.Callback):
     """Stops at the first epoch whose loss is NaN or infinite, instead of training on."""
 
@@ -98,7 +131,10 @@ def train_model(
     """Build, compile and ``fit`` the seed model under ``strategy``.
 
     ``train.batch_size`` is per replica, so the global batch grows with the
-    replicas, as the keras-io distributed guide does.
+    replicas, as the keras-io distributed guide does. Under ParameterServer a
+    step is one worker's batch (its replicas in sync, one on a CPU worker) and
+    the workers take steps concurrently: an epoch is still one pass over the
+    data, split into steps that whichever worker is free runs.
 
     Raises:
         InputError: the training split is smaller than one global batch.
@@ -112,18 +148,26 @@ def train_model(
             f"exceeds the {len(train)} training digits; lower train.batch_size"
         )
     keras.utils.set_random_seed(config.seed)
-    learning_rate = config.train.learning_rate
+    learning_rate = effective_learning_rate(config.train, global_batch)
+    warmup_steps = round(config.train.warmup_epochs * steps)
+    schedule = LinearWarmup(learning_rate, warmup_steps) if warmup_steps else learning_rate
+    asynchronous = not info.synchronous
     with strategy.scope():
         model = build_seed_model(config.model)
-        compile_model(model, config.train, learning_rate)
-    train_ds = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
+        # Exact validation under ParameterServer: each worker evaluates whole shards.
+        compile_model(model, config.train, schedule, **({"pss_evaluation_shards": "auto"} if asynchronous else {}))
+    if asynchronous:
+        train_input = keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, global_batch, config.seed))
+    else:
+        train_input = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
     val_ds = make_dataset(val, global_batch, shuffle=False, seed=config.seed) if len(val) else None
     timer = EpochTimer(steps * global_batch)
     started = time.perf_counter()
     fit = model.fit(
-        train_ds,
+        train_input,
         validation_data=val_ds,
         epochs=config.train.epochs,
+        steps_per_epoch=steps if asynchronous else None,
         callbacks=[timer, DivergenceGuard(), *callbacks],
         verbose=2,
     )
@@ -135,6 +179,7 @@ def train_model(
         history=history,
         global_batch_size=global_batch,
         learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
         steps_per_epoch=steps,
         train_seconds=seconds,
         samples_per_second=steps * global_batch * len(history) / train_time,
@@ -149,3 +194,11 @@ def _epochs(history: dict[str, list[float]]) -> list[dict[str, float]]:
         row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] if key in history})
         rows.append(row)
     return rows
+
+
+def weights_digest(model: keras.Model) -> str:
+    """SHA-256 of the model's weights: equal digests mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for array in model.get_weights():
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,118 @@
+"""multi_worker_mirrored and parameter_server for real: the train stage launches
+local worker and ps processes on loopback, as `dvc repro` does.
+
+Each test runs the stage as a subprocess (its tasks need their own TensorFlow
+runtimes), then checks the model it wrote on the test split.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import mlflow
+import pytest
+
+from tfdist.data import load_split
+from tfdist.evaluation import evaluate_model
+
+from conftest import REPO, process_alive, tiny_params
+
+pytestmark = pytest.mark.slow
+
+
+def train_command(workdir, strategy, *sets):
+    return [
+        sys.executable, "-m", "stages.train", "--params", str(workdir / "params.yaml"), "--strategy", strategy,
+        "--name", strategy, "--data", str(workdir / "data" / "prepared"), "--models", str(workdir / "models"),
+        "--reports", str(workdir / "reports"), *(arg for item in sets for arg in ("--set", item)),
+    ]
+
+
+def run_stage(workdir, strategy, *sets, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    return subprocess.run(
+        train_command(workdir, strategy, *sets), cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def accuracy_on_test(workdir, name):
+    from tfdist import tracking
+
+    model = tracking.load_model(workdir / "models" / name)
+    metrics, _ = evaluate_model(model, load_split(workdir / "data" / "prepared", "test"))
+    return metrics["accuracy"]
+
+
+@pytest.fixture
+def workdir(tmp_path, prepared_copy):
+    tiny_params(tmp_path, train={"epochs": 3, "batch_size": 25})
+    return tmp_path
+
+
+def mlflow_run(workdir, run_id):
+    mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlruns/mlflow.db")
+    return mlflow.get_run(run_id)
+
+
+def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(workdir):
+    result = run_stage(workdir, "multi_worker_mirrored")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((workdir / "reports" / "multi_worker_mirrored.json").read_text())
+    assert (report["replicas"], report["workers"], report["ps"], report["synchronous"]) == (2, 2, 0, True)
+    assert report["global_batch_size"] == 50
+    digests = dict(re.findall(r"\[(worker-\d)\] INFO tfdist.pipeline: worker-\d: final weights sha256 (\w+)", result.stderr))
+    assert set(digests) == {"worker-0", "worker-1"}, result.stderr[-3000:]
+    assert digests["worker-0"] == digests["worker-1"] == report["weights_sha256"]
+    assert accuracy_on_test(workdir, "multi_worker_mirrored") >= 0.8
+    run = mlflow_run(workdir, report["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["strategy.workers"] == "2" and run.data.tags["synchronous"] == "True"
+    assert not list((workdir / "models").glob(".*")), "no temporary output left behind"
+
+
+def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdir):
+    result = run_stage(workdir, "parameter_server", "train.lr_scaling=linear", "train.warmup_epochs=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((workdir / "reports" / "parameter_server.json").read_text())
+    assert (report["workers"], report["ps"], report["synchronous"]) == (2, 1, False)
+    assert report["replicas"] == 1 and report["global_batch_size"] == 25, "a step is one worker's batch"
+    assert report["learning_rate"] == pytest.approx(0.001) and report["warmup_steps"] == report["steps_per_epoch"]
+    assert accuracy_on_test(workdir, "parameter_server") >= 0.8
+    run = mlflow_run(workdir, report["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["synchronous"] == "False"
+    assert run.data.params["strategy.ps"] == "1"
+    assert "Failed to remove function remotely" not in result.stderr, "the coordinator disconnects before the ps stop"
+
+
+@pytest.mark.parametrize(("strategy", "victim"), [("multi_worker_mirrored", "worker-1"), ("parameter_server", "ps-0")])
+def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdir, strategy, victim):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    launcher = subprocess.Popen(
+        train_command(workdir, strategy, "train.epochs=200"), cwd=REPO, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    pids, lines = {}, []
+    for line in launcher.stdout:
+        lines.append(line)
+        if started := re.search(r"started (\S+) \(pid (\d+)\)", line):
+            pids[started[1]] = int(started[2])
+        if "Epoch 2/200" in line:  # training is under way on every task
+            break
+    assert victim in pids, "".join(lines)
+    os.kill(pids[victim], signal.SIGKILL)
+    killed = time.monotonic()
+    rest = launcher.communicate(timeout=60)[0]
+    assert launcher.returncode == 1
+    assert time.monotonic() - killed < 20
+    error = rest.strip().splitlines()
+    assert any(f"task {victim} (pid {pids[victim]}) was killed by SIGKILL" in line for line in error[-12:]), rest[-3000:]
+    time.sleep(0.5)
+    assert not [name for name, pid in pids.items() if process_alive(pid)]
+    assert not (workdir / "models" / strategy).exists() and not (workdir / "reports" / f"{strategy}.json").exists()
+    mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlruns/mlflow.db")
+    statuses = {run.info.status for run in mlflow.search_runs(experiment_names=["tests"], output_format="list")}
+    assert statuses <= {"FAILED", "KILLED"} and statuses, "the run is closed, not left RUNNING"

@@ -13,6 +13,7 @@ import yaml
 from conftest import REPO
 
 pytestmark = pytest.mark.slow
+STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
 
 
 def run(cmd, cwd):
@@ -37,7 +38,7 @@ def project(tmp_path_factory):
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["data"]["source"] = "sample"
     params["train"]["epochs"] = 2
-    params["distributed"]["strategies"] = ["mirrored", "central_storage"]
+    assert params["distributed"]["strategies"] == list(STRATEGIES), "the default compares every strategy"
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     run(["git", "init", "-q"], root)
     return root
@@ -45,20 +46,23 @@ def project(tmp_path_factory):
 
 def test_dvc_repro_runs_every_stage_then_is_a_no_op(project):
     output = run(["dvc", "repro"], project)
-    for stage in ("preprocess", "train-normal", "train-distributed@mirrored", "train-distributed@central_storage",
-                  "evaluate-normal", "evaluate-distributed@mirrored", "compare"):
+    for stage in ("preprocess", "train-normal", "evaluate-normal", "compare",
+                  *(f"{kind}-distributed@{name}" for name in STRATEGIES for kind in ("train", "evaluate"))):
         assert f"Running stage '{stage}'" in output
 
     comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
-    assert list(comparison["runs"]) == ["normal", "central_storage", "mirrored"]
+    assert list(comparison["runs"]) == ["normal", *sorted(STRATEGIES)]
     for name, row in comparison["runs"].items():
         assert row["test_accuracy"] > 0.8, name
+    assert comparison["runs"]["multi_worker_mirrored"]["workers"] == 2
+    assert comparison["runs"]["parameter_server"]["synchronous"] is False
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
-    assert "Distribution" in markdown and "| normal | default | 1 | 25 |" in markdown
+    assert "Distribution" in markdown and "| normal | default | sync | 1 | 1 | 25 |" in markdown
+    assert "**Asynchronous:** parameter_server" in markdown
 
     mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
     runs = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list")
-    assert sorted(r.info.run_name for r in runs) == ["central_storage", "compare", "mirrored", "normal"]
+    assert sorted(r.info.run_name for r in runs) == sorted(["compare", "normal", *STRATEGIES])
     assert all(r.info.status == "FINISHED" for r in runs)
     assert {r.data.tags.get("dvc.stage") for r in runs} >= {"train-normal", "train-distributed@mirrored", "compare"}
     assert all("test_accuracy" in r.data.metrics for r in runs if r.info.run_name != "compare")

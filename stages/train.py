@@ -37,7 +37,7 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
     with stage_errors():
         config = load_config(params_path, overrides)
         from tfdist.pipeline import train
-        from tfdist.training import EPOCH_COLUMNS
+        from tfdist.training import history_columns
 
         launch = [
             sys.executable, "-m", "stages.train", "--params", str(params_path),
@@ -49,7 +49,7 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
         if outputs is None:
             return  # another process of the cluster writes the outputs
         report, history = outputs
-        atomic.write_text(reports_dir / "history" / f"{name}.csv", _to_csv(history, EPOCH_COLUMNS))
+        atomic.write_text(reports_dir / "history" / f"{name}.csv", _to_csv(history, history_columns(history)))
         atomic.write_json(reports_dir / f"{name}.json", report)
 
 

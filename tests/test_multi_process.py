@@ -59,7 +59,9 @@ def mlflow_run(workdir, run_id):
 
 
 def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(workdir):
-    result = run_stage(workdir, "multi_worker_mirrored")
+    # The default fit loop runs in the dvc repro end-to-end test; here the custom loop, float16 and clipping.
+    result = run_stage(workdir, "multi_worker_mirrored", "train.loop=custom", "train.precision=mixed_float16",
+                       "train.clip.method=global_norm")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((workdir / "reports" / "multi_worker_mirrored.json").read_text())
     assert (report["replicas"], report["workers"], report["ps"], report["synchronous"]) == (2, 2, 0, True)
@@ -71,11 +73,14 @@ def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(wor
     run = mlflow_run(workdir, report["mlflow_run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params["strategy.workers"] == "2" and run.data.tags["synchronous"] == "True"
+    assert run.data.tags["precision"] == "mixed_float16" and run.data.tags["precision.can_be_faster"] == "False"
+    assert "gradient_norm" in run.data.metrics
     assert not list((workdir / "models").glob(".*")), "no temporary output left behind"
 
 
 def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdir):
-    result = run_stage(workdir, "parameter_server", "train.lr_scaling=linear", "train.warmup_epochs=1")
+    result = run_stage(workdir, "parameter_server", "train.lr_scaling=linear", "train.warmup_epochs=1",
+                       "train.loop=custom", "train.precision=mixed_bfloat16", "train.clip.method=norm")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((workdir / "reports" / "parameter_server.json").read_text())
     assert (report["workers"], report["ps"], report["synchronous"]) == (2, 1, False)
@@ -84,7 +89,8 @@ def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdi
     assert accuracy_on_test(workdir, "parameter_server") >= 0.8
     run = mlflow_run(workdir, report["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["synchronous"] == "False"
-    assert run.data.params["strategy.ps"] == "1"
+    assert run.data.params["strategy.ps"] == "1" and run.data.tags["loop"] == "custom"
+    assert report["precision"] == "mixed_bfloat16" and report["clip_method"] == "norm"
     assert "Failed to remove function remotely" not in result.stderr, "the coordinator disconnects before the ps stop"
 
 

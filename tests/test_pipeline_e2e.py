@@ -57,7 +57,7 @@ def test_dvc_repro_runs_every_stage_then_is_a_no_op(project):
     assert comparison["runs"]["multi_worker_mirrored"]["workers"] == 2
     assert comparison["runs"]["parameter_server"]["synchronous"] is False
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
-    assert "Distribution" in markdown and "| normal | default | sync | 1 | 1 | 25 |" in markdown
+    assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | 1 | 25 |" in markdown
     assert "**Asynchronous:** parameter_server" in markdown
 
     mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")

@@ -48,7 +48,8 @@ def test_markdown_and_figures(tmp_path):
         {"normal": {"accuracy": 0.95, "loss": 0.2}, "central_storage": {"accuracy": 0.951, "loss": 0.2}},
     )
     markdown = render_markdown(comparison)
-    assert "| central_storage | central_storage | sync | 2 | 1 | 50 | 0.001 | 9.5 | 105 | 1.05x | 0.9510 | +0.10 |" in markdown
+    row = "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 | 9.5 | 105 | 1.05x | 0.9510 | +0.10 |"
+    assert row in markdown
     assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
@@ -58,7 +59,8 @@ def test_markdown_and_figures(tmp_path):
 
 def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynchronous():
     ps = {**train_report("parameter_server", 30.0, 1, ["/job:worker/task:0", "/job:worker/task:1"]),
-          "workers": 2, "ps": 1, "synchronous": False}
+          "workers": 2, "ps": 1, "synchronous": False, "loop": "custom", "precision": "mixed_bfloat16",
+          "precision_can_be_faster": False}
     mwms = {**train_report("multi_worker_mirrored", 25.0, 2, ["/job:worker/task:0", "/job:worker/task:1"]),
             "workers": 2, "ps": 0, "synchronous": True, "learning_rate": 0.002}
     comparison = build_comparison(
@@ -66,7 +68,8 @@ def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynch
         {name: {"accuracy": 0.95, "loss": 0.2} for name in ("normal", "parameter_server", "multi_worker_mirrored")},
     )
     markdown = render_markdown(comparison)
-    assert "| parameter_server | parameter_server | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
-    assert "| multi_worker_mirrored | multi_worker_mirrored | sync | 2 | 2 | 50 | 0.002 |" in markdown
+    assert "| parameter_server | parameter_server | custom | mixed_bfloat16 | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
+    assert "| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 50 | 0.002 |" in markdown
     assert "**Asynchronous:** parameter_server trained with parameter servers" in markdown
     assert "Its 2 worker processes shared the same" in comparison["verdict"]
+    assert "**Precision:** this machine has no hardware that computes mixed_bfloat16 faster" in markdown

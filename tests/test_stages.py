@@ -67,6 +67,12 @@ def test_train_refuses_a_malformed_tf_config_with_exit_2(workdir, monkeypatch, s
     assert not (workdir / "models").exists()
 
 
+def test_train_refuses_mixed_float16_where_loss_scaling_is_unsupported(workdir):
+    result = invoke(train, "--strategy", "central_storage", "--name", "x", "--set", "train.precision=mixed_float16")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith("error: train.precision mixed_float16 needs loss scaling")
+
+
 def test_train_without_prepared_data_exits_2(workdir):
     result = invoke(train, "--name", "normal")
     assert result.exit_code == 2
@@ -99,7 +105,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert result.exit_code == 0, result.output
     out = workdir / "reports" / "compare"
     assert "Distribution" in result.output
-    assert "| mirrored | mirrored | sync | 2 | 1 | 64 |" in (out / "compare.md").read_text()
+    assert "| mirrored | mirrored | fit | float32 | sync | 2 | 1 | 64 |" in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
     compare_runs = mlflow.search_runs(filter_string="tags.stage = 'compare'", output_format="list")

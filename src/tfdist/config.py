@@ -19,6 +19,9 @@ import yaml
 #: Strategies the pipeline can run as ``train-distributed`` stages.
 DISTRIBUTED_STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
 LR_SCALINGS = ("none", "linear")
+LOOPS = ("fit", "custom")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+CLIP_METHODS = ("none", "global_norm", "norm", "value")
 DATA_SOURCES = ("auto", "keras", "sample")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 
@@ -68,6 +71,21 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class ClipConfig:
+    """Gradient clipping, applied to unscaled gradients after they are combined across replicas.
+
+    Attributes:
+        method: ``none``; ``global_norm`` (``tf.clip_by_global_norm`` over all
+            gradients); ``norm`` (``tf.clip_by_norm`` per tensor); ``value``
+            (``tf.clip_by_value`` to [-value, value]).
+        value: the norm or value to clip to.
+    """
+
+    method: str = _knob("none", choices=CLIP_METHODS)
+    value: float = _knob(1.0, gt=0.0)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimisation hyperparameters, shared by every strategy.
 
@@ -83,6 +101,12 @@ class TrainConfig:
             global batch / ``batch_size`` (the linear scaling rule, Goyal et al. 2017).
         warmup_epochs: epochs over which the learning rate ramps linearly from
             near zero up to its (scaled) value; 0 turns warm-up off.
+        loop: ``fit`` (the Sequential seed model, Keras's own train step) or
+            ``custom`` (a subclassed model with its own ``train_step`` and
+            ``test_step``, still driven by ``fit``).
+        precision: ``float32``, ``mixed_float16`` or ``mixed_bfloat16`` (Keras
+            mixed-precision policy: float16/bfloat16 compute, float32 variables).
+        clip: gradient clipping.
     """
 
     epochs: int = _knob(10, ge=1)
@@ -92,6 +116,9 @@ class TrainConfig:
     steps_per_execution: int = _knob(50, ge=1)
     lr_scaling: str = _knob("none", choices=LR_SCALINGS)
     warmup_epochs: float = _knob(0.0, ge=0.0)
+    loop: str = _knob("fit", choices=LOOPS)
+    precision: str = _knob("float32", choices=PRECISIONS)
+    clip: ClipConfig = field(default_factory=ClipConfig)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,19 @@
-"""The seed model: the MLP the comparison trains under every strategy."""
+"""The seed model, as Keras's Sequential (``train.loop: fit``) or as a subclassed
+model with its own train and test steps (``train.loop: custom``).
+
+Both have the same layers in the same order, so their weights are
+interchangeable: whatever trained it, the saved model is the Sequential one.
+The last layer always computes in float32, so that under a mixed-precision
+policy the softmax and the loss stay accurate.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tfdist.config import ModelConfig, TrainConfig
+from tfdist.config import ClipConfig, ModelConfig, TrainConfig
 from tfdist.data import CLASSES, PIXELS
-from tfdist.runtime import keras
+from tfdist.runtime import keras, tf
 
 _OPTIMIZERS = {
     "adam": keras.optimizers.Adam,
@@ -22,23 +29,139 @@ def build_seed_model(config: ModelConfig) -> keras.Model:
     """
     layers = [keras.Input(shape=(PIXELS,), name="pixels")]
     layers += [keras.layers.Dense(units, activation="relu") for units in config.hidden_units]
-    layers += [keras.layers.Dropout(config.dropout), keras.layers.Dense(CLASSES, activation="softmax")]
+    layers += [keras.layers.Dropout(config.dropout), _output_layer()]
     return keras.Sequential(layers, name="seed_mlp")
+
+
+def build_model(config: ModelConfig, loop: str) -> keras.Model:
+    """The seed model for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``."""
+    if loop == "custom":
+        model = DigitClassifier(config)
+        model.build((None, PIXELS))
+        return model
+    return build_seed_model(config)
+
+
+def _output_layer() -> keras.layers.Layer:
+    return keras.layers.Dense(CLASSES, activation="softmax", dtype="float32", name="probabilities")
+
+
+class MaxMetric(keras.metrics.Metric):
+    """The largest value seen since the last reset.
+
+    Under several replicas it reports the first replica's maximum: TensorFlow
+    has no MAX aggregation for per-replica metric variables.
+    """
+
+    def __init__(self, name: str, **kwargs: Any):
+        super().__init__(name=name, **kwargs)
+        self.maximum = self.add_weight(
+            name="maximum", initializer="zeros", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
+
+    def update_state(self, value: tf.Tensor, sample_weight: Any = None) -> None:
+        self.maximum.assign(tf.maximum(self.maximum, tf.cast(value, self.dtype)))
+
+    def result(self) -> tf.Tensor:
+        return tf.identity(self.maximum)
+
+
+class DigitClassifier(keras.Model):
+    """The seed MLP, subclassed: ``call`` drives Dropout, and the steps are its own.
+
+    ``train_step`` follows the custom-training-loop recipe: forward pass under a
+    ``GradientTape``, loss scaled and gradients unscaled when the optimizer is a
+    LossScaleOptimizer (mixed_float16), then ``apply_gradients``, where the
+    optimizer combines the replicas' gradients, clips them (``train.clip``) and,
+    under loss scaling, skips a step whose gradients are not finite. Each step
+    also measures the gradients' global norm before clipping (this replica's,
+    unscaled), reported per epoch as ``gradient_norm`` (mean) and
+    ``gradient_norm_max``, so ``train.clip.value`` can be chosen from data;
+    ``nonfinite_steps`` counts steps whose gradients held inf or NaN.
+    """
+
+    def __init__(self, config: ModelConfig, **kwargs: Any):
+        super().__init__(name="digit_classifier", **kwargs)
+        self.hidden = [keras.layers.Dense(units, activation="relu") for units in config.hidden_units]
+        self.dropout = keras.layers.Dropout(config.dropout)
+        self.classifier = _output_layer()
+        self._hold_untracked((
+            keras.metrics.Mean(name="gradient_norm"),
+            MaxMetric(name="gradient_norm_max"),
+            keras.metrics.Sum(name="nonfinite_steps"),
+        ))
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _hold_untracked(self, step_metrics: tuple) -> None:
+        # Listed by `metrics` rather than tracked: tracked metrics would count among
+        # the model's weights, and ParameterServer's exact evaluation refuses models
+        # carrying metrics of their own.
+        self._step_metrics = step_metrics
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        """Keras's metrics (loss, compiled ones) and the train step's own; Keras resets them every epoch."""
+        return [*super().metrics, *self._step_metrics]
+
+    def call(self, inputs: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = inputs
+        for layer in self.hidden:
+            x = layer(x)
+        return self.classifier(self.dropout(x, training=training))
+
+    def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        x, y = data
+        scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+        with tf.GradientTape() as tape:
+            predictions = self(x, training=True)
+            loss = self.compute_loss(x, y, predictions)
+            scaled_loss = self.optimizer.get_scaled_loss(loss) if scaling else loss
+        variables = self.trainable_variables
+        gradients = tape.gradient(scaled_loss, variables)
+        if scaling:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        norm = tf.linalg.global_norm(gradients)
+        finite = tf.math.is_finite(norm)
+        self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        mean_norm, max_norm, nonfinite = self._step_metrics
+        mean_norm.update_state(tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32))
+        max_norm.update_state(tf.where(finite, norm, 0.0))
+        nonfinite.update_state(1.0 - tf.cast(finite, tf.float32))
+        return self.compute_metrics(x, y, predictions, sample_weight=None)
+
+    def test_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        x, y = data
+        predictions = self(x, training=False)
+        self.compute_loss(x, y, predictions)
+        self.compute_metrics(x, y, predictions, sample_weight=None)
+        return {m.name: m.result() for m in self.metrics if m not in self._step_metrics}
 
 
 def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, **options: Any) -> None:
     """Attach optimizer, loss and accuracy; also inside ``strategy.scope()``.
 
     ``learning_rate`` is a float or a Keras learning-rate schedule; ``options``
-    go to ``compile`` as they are (e.g. ``pss_evaluation_shards``).
+    go to ``compile`` as they are (e.g. ``pss_evaluation_shards``). Clipping is
+    the optimizer's own, so both loops clip the same way: after the replicas'
+    gradients are combined and, under loss scaling, unscaled. Under a
+    mixed_float16 policy ``compile`` wraps the optimizer in a LossScaleOptimizer.
     """
     model.compile(
-        optimizer=_OPTIMIZERS[config.optimizer](learning_rate=learning_rate),
+        optimizer=_OPTIMIZERS[config.optimizer](learning_rate=learning_rate, **clip_options(config.clip)),
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         steps_per_execution=config.steps_per_execution,
         **options,
     )
+    # Create the optimizer's slots now: created inside the first step instead,
+    # they make tf.function trace the step twice for one input signature.
+    model.optimizer.build(model.trainable_variables)
+
+
+def clip_options(clip: ClipConfig) -> dict[str, float]:
+    """Optimizer arguments for ``train.clip``: Keras clips with exactly the three tf ops."""
+    argument = {"global_norm": "global_clipnorm", "norm": "clipnorm", "value": "clipvalue"}.get(clip.method)
+    return {argument: clip.value} if argument else {}
 
 
 def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
@@ -46,8 +169,21 @@ def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
 
     What gets saved and evaluated: it loads anywhere, and predicting with it
     needs no other worker (under MultiWorkerMirrored, ``predict`` on the
-    distributed model is a collective every worker must join).
+    distributed model is a collective every worker must join). Built in
+    float32 whatever the training precision: the variables were float32 anyway.
     """
-    copy = build_seed_model(config)
-    copy.set_weights(model.get_weights())
+    from tfdist.precision import policy
+
+    with policy("float32"):
+        copy = build_seed_model(config)
+    copy.set_weights(trained_weights(model))
     return copy
+
+
+def trained_weights(model: keras.Model) -> list[Any]:
+    """The learned parameters as arrays, in layer order, the same for both loops.
+
+    Not ``get_weights()``: a subclassed model also counts the state of the
+    metrics it holds as attributes (gradient norms) among its weights.
+    """
+    return [variable.numpy() for variable in model.trainable_weights]

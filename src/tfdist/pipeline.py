@@ -51,9 +51,11 @@ def train(
         local multi_worker_mirrored launcher whose chief worker wrote them.
     """
     from tfdist import cluster
+    from tfdist.precision import check_supported
     from tfdist.strategies import MULTI_PROCESS_STRATEGIES, check_strategy_name
 
     strategy_name = check_strategy_name(strategy_name)
+    check_supported(config.train.precision, strategy_name)
     task = cluster.read_tf_config()
     if strategy_name not in MULTI_PROCESS_STRATEGIES:
         if task is not None:
@@ -158,10 +160,16 @@ def _train_task(
         return None
 
     from tfdist import tracking
+    from tfdist.precision import announce
 
     tracking.configure(config.mlflow)
+    support = announce(config.train.precision)
     params = {**to_flat_dict(config), "strategy": info.to_dict(), "tensorflow": tf.__version__, "tf_keras": keras.__version__}
-    tags = {"strategy": info.name, "stage": "train", "model_name": name, "synchronous": str(info.synchronous)}
+    tags = {
+        "strategy": info.name, "stage": "train", "model_name": name, "synchronous": str(info.synchronous),
+        "loop": config.train.loop, "precision": config.train.precision,
+        "precision.can_be_faster": str(support.can_be_faster), "precision.hardware": support.reason,
+    }
     with tracking.start_run(name, params, tags) as run_id:
         _leave_run_id(task, name, run_id)
         result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()])
@@ -176,12 +184,18 @@ def _train_task(
             "global_batch_size": result.global_batch_size,
             "effective_learning_rate": result.learning_rate,
             "warmup_steps": result.warmup_steps,
+            **{f"{kind}_function_traces": count for kind, count in result.traces.items()},
         }
         tracking.log_metrics(summary)
     report = {
         "name": name,
         **{k: v for k, v in info.to_dict().items() if k != "name"},
         "strategy": info.name,
+        "loop": config.train.loop,
+        "precision": config.train.precision,
+        "precision_can_be_faster": support.can_be_faster,
+        "clip_method": config.train.clip.method,
+        "clip_value": config.train.clip.value,
         "global_batch_size": result.global_batch_size,
         "lr_scaling": config.train.lr_scaling,
         "base_learning_rate": config.train.learning_rate,
@@ -189,6 +203,7 @@ def _train_task(
         "warmup_steps": result.warmup_steps,
         "epochs": len(result.history),
         "steps_per_epoch": result.steps_per_epoch,
+        "traces": result.traces,
         "train_seconds": result.train_seconds,
         "samples_per_second": result.samples_per_second,
         **result.final(),

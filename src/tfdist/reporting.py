@@ -22,6 +22,8 @@ _NOISE = 0.10
 COLUMNS = (
     ("name", "run"),
     ("strategy", "strategy"),
+    ("loop", "loop"),
+    ("precision", "precision"),
     ("synchronous", "sync"),
     ("replicas", "replicas"),
     ("processes", "workers + ps"),
@@ -72,6 +74,10 @@ def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dic
             "name": name,
             "strategy": report["strategy"],
             "strategy_class": report["strategy_class"],
+            "loop": report.get("loop", "fit"),
+            "precision": report.get("precision", "float32"),
+            "clip": report.get("clip_method", "none"),
+            "precision_can_be_faster": report.get("precision_can_be_faster", True),
             "synchronous": report.get("synchronous", True),
             "replicas": report["replicas"],
             "workers": report.get("workers", 1),
@@ -147,7 +153,7 @@ def render_markdown(comparison: dict[str, Any]) -> str:
         comparison["verdict"],
         "",
         header,
-        "|" + "|".join("---" if key in ("name", "strategy") else "---:" for key, _ in COLUMNS) + "|",
+        "|" + "|".join("---" if key in ("name", "strategy", "loop", "precision") else "---:" for key, _ in COLUMNS) + "|",
     ]
     for row in comparison["runs"].values():
         lines.append("| " + " | ".join(_cell(key, row[key]) for key, _ in COLUMNS) + " |")
@@ -159,6 +165,7 @@ def render_markdown(comparison: dict[str, Any]) -> str:
         "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync);",
         "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to).",
         *_asynchronous_note(comparison["runs"].values()),
+        *_precision_note(comparison["runs"].values()),
         "",
         "![throughput](figures/throughput.png)",
         "![accuracy vs time](figures/accuracy_vs_time.png)",
@@ -179,6 +186,17 @@ def _asynchronous_note(rows: Any) -> list[str]:
         "compute on slightly stale weights. Its global batch is one worker's step (replicas per worker × batch size);",
         "an epoch is still one pass over the training data, shared by the workers. The other runs are synchronous:",
         "all replicas combine their gradients before every update.",
+    ]
+
+
+def _precision_note(rows: Any) -> list[str]:
+    slow = sorted({row["precision"] for row in rows if not row["precision_can_be_faster"]})
+    if not slow:
+        return []
+    return [
+        "",
+        f"**Precision:** this machine has no hardware that computes {', '.join(slow)} faster than float32 "
+        "(see the run's `precision.hardware` tag in MLflow), so those runs show its cost, not a speed-up.",
     ]
 
 

@@ -13,14 +13,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tfdist import precision
 from tfdist.config import Config, TrainConfig
 from tfdist.data import Digits, make_dataset, make_worker_dataset_fn
 from tfdist.errors import InputError, RunError
-from tfdist.models import build_seed_model, compile_model
+from tfdist.models import build_model, compile_model, trained_weights
 from tfdist.runtime import keras, tf
 from tfdist.strategies import StrategyInfo
 
 EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")
+#: Per-epoch columns only the custom loop's train step produces.
+CUSTOM_LOOP_COLUMNS = ("gradient_norm", "gradient_norm_max", "nonfinite_steps")
+
+
+def history_columns(history: list[dict[str, float]]) -> tuple[str, ...]:
+    """The columns of ``history`` rows, in a stable order."""
+    present = set(history[0]) if history else set()
+    return EPOCH_COLUMNS + tuple(column for column in CUSTOM_LOOP_COLUMNS if column in present)
 
 
 @dataclass
@@ -29,11 +38,14 @@ class TrainResult:
 
     Attributes:
         model: the trained Keras model (its variables belong to the strategy).
-        history: one dict per epoch with :data:`EPOCH_COLUMNS`.
+        history: one dict per epoch with :data:`EPOCH_COLUMNS` (and, for the
+            custom loop, :data:`CUSTOM_LOOP_COLUMNS`).
         global_batch_size: examples per step across all replicas.
         learning_rate: the effective learning rate, after scaling (and warm-up).
         warmup_steps: steps of linear warm-up before ``learning_rate`` is reached.
         steps_per_epoch: optimizer steps per epoch.
+        traces: times each step function was traced (``train``, ``test``); a
+            fixed batch shape keeps ``train`` at 1.
         train_seconds: wall time of ``fit`` (training and validation).
         samples_per_second: training examples per second of training time.
     """
@@ -44,6 +56,7 @@ class TrainResult:
     learning_rate: float
     warmup_steps: int
     steps_per_epoch: int
+    traces: dict[str, int]
     train_seconds: float
     samples_per_second: float
 
@@ -152,8 +165,8 @@ def train_model(
     warmup_steps = round(config.train.warmup_epochs * steps)
     schedule = LinearWarmup(learning_rate, warmup_steps) if warmup_steps else learning_rate
     asynchronous = not info.synchronous
-    with strategy.scope():
-        model = build_seed_model(config.model)
+    with precision.policy(config.train.precision), strategy.scope():
+        model = build_model(config.model, config.train.loop)
         # Exact validation under ParameterServer: each worker evaluates whole shards.
         compile_model(model, config.train, schedule, **({"pss_evaluation_shards": "auto"} if asynchronous else {}))
     if asynchronous:
@@ -181,9 +194,17 @@ def train_model(
         learning_rate=learning_rate,
         warmup_steps=warmup_steps,
         steps_per_epoch=steps,
+        traces={"train": _tracing_count(model, "train_function"), "test": _tracing_count(model, "test_function")},
         train_seconds=seconds,
         samples_per_second=steps * global_batch * len(history) / train_time,
     )
+
+
+def _tracing_count(model: keras.Model, attribute: str) -> int:
+    """How often Keras traced ``model.<attribute>`` (0 if it never ran or is not a tf.function)."""
+    function = getattr(model, attribute, None)
+    count = getattr(function, "experimental_get_tracing_count", None)
+    return int(count()) if count else 0
 
 
 def _epochs(history: dict[str, list[float]]) -> list[dict[str, float]]:
@@ -191,7 +212,7 @@ def _epochs(history: dict[str, list[float]]) -> list[dict[str, float]]:
     rows = []
     for i in range(epochs):
         row = {"epoch": i + 1}
-        row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] if key in history})
+        row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] + CUSTOM_LOOP_COLUMNS if key in history})
         rows.append(row)
     return rows
 
@@ -199,6 +220,6 @@ def _epochs(history: dict[str, list[float]]) -> list[dict[str, float]]:
 def weights_digest(model: keras.Model) -> str:
     """SHA-256 of the model's weights: equal digests mean bit-identical weights."""
     digest = hashlib.sha256()
-    for array in model.get_weights():
+    for array in trained_weights(model):
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()

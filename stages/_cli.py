@@ -37,7 +37,8 @@ def stage_errors() -> Iterator[None]:
     """Turn user and run errors into one stderr line and the contract's exit code."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    for noisy in ("tensorflow", "absl"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, _raise_interrupted)

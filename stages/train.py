@@ -26,8 +26,10 @@ from tfdist.strategies import STRATEGY_NAMES
               help="Folder that receives the model as NAME/.")
 @click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default="reports/train", show_default=True,
               help="Folder for NAME.json and history/NAME.csv.")
+@click.option("--backups", "backups_dir", type=click.Path(path_type=Path), default=".tfdist/backups", show_default=True,
+              help="Where the run backs up every epoch, to resume after a crash (shared storage on a cluster).")
 def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str,
-         data_dir: Path, models_dir: Path, reports_dir: Path) -> None:
+         data_dir: Path, models_dir: Path, reports_dir: Path, backups_dir: Path) -> None:
     """Train the seed MLP with STRATEGY and write the model, a report and per-epoch history.
 
     multi_worker_mirrored and parameter_server run as the task TF_CONFIG names
@@ -43,9 +45,9 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
             sys.executable, "-m", "stages.train", "--params", str(params_path),
             *(arg for item in overrides for arg in ("--set", item)),
             "--strategy", strategy, "--name", name, "--data", str(data_dir),
-            "--models", str(models_dir), "--reports", str(reports_dir),
+            "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
         ]
-        outputs = train(config, strategy, name, data_dir, models_dir / name, launch)
+        outputs = train(config, strategy, name, data_dir, models_dir / name, launch, backups_dir)
         if outputs is None:
             return  # another process of the cluster writes the outputs
         report, history = outputs

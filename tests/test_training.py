@@ -1,14 +1,13 @@
-import math
 
 import numpy as np
 import pytest
 
 from tfdist.config import load_config
 from tfdist.data import load_split, make_worker_dataset_fn
-from tfdist.errors import InputError, RunError
+from tfdist.errors import InputError
 from tfdist.runtime import keras, tf
 from tfdist.strategies import make_strategy
-from tfdist.training import EPOCH_COLUMNS, DivergenceGuard, LinearWarmup, effective_learning_rate, train_model
+from tfdist.training import EPOCH_COLUMNS, Diverged, LinearWarmup, effective_learning_rate, train_model
 
 from conftest import tiny_params
 
@@ -48,10 +47,16 @@ def test_batch_larger_than_the_data_is_refused(tmp_path, prepared_dir):
         train_model(config, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
 
 
-def test_divergence_stops_with_a_hint():
-    with pytest.raises(RunError, match="loss is nan at epoch 3; lower train.learning_rate"):
-        DivergenceGuard().on_epoch_end(2, {"loss": math.nan})
-    DivergenceGuard().on_epoch_end(0, {"loss": 0.5})
+def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepared_dir):
+    config = load_config(tiny_params(tmp_path, train={"optimizer": "sgd", "learning_rate": 1e30, "epochs": 5}))
+    strategy, info = make_strategy("default")
+    recorder = Recorder()
+    with pytest.raises(Diverged, match=r"training diverged: loss is (nan|inf) at epoch 1 \(step 112\); "
+                                       r"lower train.learning_rate or clip gradients") as raised:
+        train_model(config, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"),
+                    [recorder])
+    assert (raised.value.epoch, raised.value.step, raised.value.exit_code) == (1, 112, 1)
+    assert recorder.epochs == [], "callbacks after the guard (trackers, backups) never see a diverged epoch"
 
 
 def test_each_worker_reads_a_disjoint_shard_under_parameter_server(prepared_dir):

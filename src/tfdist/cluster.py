@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 TF_CONFIG = "TF_CONFIG"
 #: Where non-chief workers save what they must write somewhere (set by the local launcher).
 SCRATCH_ENV = "TFDIST_SCRATCH_DIR"
+#: How many times the local launcher has restarted this stage by executing itself anew.
+RESTART_ENV = "TFDIST_RESTART"
 LOOPBACK = "127.0.0.1"
 _JOBS = ("chief", "worker", "ps", "evaluator")
 _PR_SET_PDEATHSIG = 1
@@ -218,6 +220,27 @@ def disconnect_remote() -> None:
 
     gc.collect()
     context._reset_context()
+
+
+def restarts_done(environ: Mapping[str, str] | None = None) -> int:
+    """Restarts already made by :func:`restart_self` (0 for a stage started normally)."""
+    value = (os.environ if environ is None else environ).get(RESTART_ENV, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def restart_self(command: Sequence[str], restart: int) -> None:
+    """Replace this process by a fresh run of ``command`` (same pid, so DVC keeps waiting on it).
+
+    For a local parameter_server stage, whose TensorFlow runtime stays bound to
+    the cluster it coordinated: only a new process can start a new cluster.
+    Never returns.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if sys.stderr.fileno() != 2:  # native stderr was muted (mute_native_stderr): give it back
+        os.dup2(sys.stderr.fileno(), 2)
+    os.environ[RESTART_ENV] = str(restart)
+    os.execv(command[0], list(command))
 
 
 def mute_native_stderr() -> None:

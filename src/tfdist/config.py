@@ -132,6 +132,8 @@ class DistributedConfig:
         workers: worker processes the local launcher starts for multi_worker_mirrored
             and parameter_server (with TF_CONFIG set, the cluster decides instead).
         ps: parameter server processes the local launcher starts for parameter_server.
+        max_restarts: times the local launcher restarts every task after one dies
+            (training resumes from the last backed-up epoch) before it gives up.
     """
 
     strategies: list[str] = _knob(
@@ -140,6 +142,7 @@ class DistributedConfig:
     devices: int = _knob(2, ge=1)
     workers: int = _knob(2, ge=1)
     ps: int = _knob(1, ge=1)
+    max_restarts: int = _knob(1, ge=0)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,17 @@ from typing import TYPE_CHECKING, Any
 from tfdist import atomic
 from tfdist.config import Config, to_flat_dict
 from tfdist.data import PreparedData, load_split, prepare, save_prepared, summarize
-from tfdist.errors import InputError, Interrupted
+from tfdist.errors import InputError, Interrupted, RunError
 from tfdist.reporting import build_comparison, plot_figures, read_history, read_json, render_markdown
 
 if TYPE_CHECKING:
     from tfdist.cluster import ClusterTask
+    from tfdist.resume import RunBackup
 
 log = logging.getLogger(__name__)
+
+#: Where training runs back up their state (outside DVC's outputs; gitignored).
+DEFAULT_BACKUPS = Path(".tfdist/backups")
 
 
 def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
@@ -36,9 +40,13 @@ def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None
 
 
 def train(
-    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str] = ()
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str] = (),
+    backups: Path = DEFAULT_BACKUPS,
 ) -> tuple[dict, list[dict]] | None:
     """Train one model under ``strategy_name`` as MLflow run ``name``.
+
+    Every epoch is backed up under ``backups`` (see :mod:`tfdist.resume`): run
+    again after a crash with the same params, training resumes where it stopped.
 
     Single-process strategies train here. The multi-process ones follow
     TF_CONFIG when it is set (cluster mode: this process is one task), else
@@ -60,27 +68,59 @@ def train(
     if strategy_name not in MULTI_PROCESS_STRATEGIES:
         if task is not None:
             log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster.TF_CONFIG, strategy_name)
-        return _train_task(config, strategy_name, name, prepared_dir, model_dir, None)
+        return _train_task(config, strategy_name, name, prepared_dir, model_dir, None, backups)
     if task is not None:
         cluster.check_cluster(task, strategy_name)
         log.info("cluster mode: this process is %s of %s", task.name, _describe_cluster(task.cluster))
         if strategy_name == "parameter_server" and task.task_type != "chief":
             cluster.serve(task)
             return None
-        return _train_task(config, strategy_name, name, prepared_dir, model_dir, task)
-    return _launch_local(config, strategy_name, name, prepared_dir, model_dir, launch)
+        return _train_task(config, strategy_name, name, prepared_dir, model_dir, task, backups)
+    return _launch_local(config, strategy_name, name, prepared_dir, model_dir, launch, backups)
 
 
 def _launch_local(
-    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str]
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str],
+    backups: Path,
 ) -> tuple[dict, list[dict]] | None:
-    """Local mode: start the cluster's tasks as processes on 127.0.0.1 and see them through."""
-    import tempfile
+    """Local mode: start the cluster's tasks as processes on 127.0.0.1 and see them through.
 
+    When a task dies, every task is stopped and the whole group starts again,
+    up to ``distributed.max_restarts`` times; training resumes from the last
+    backed-up epoch. Under parameter_server this process is the chief, so the
+    stage restarts by executing itself anew (a TensorFlow runtime cannot join
+    a second cluster).
+    """
     from tfdist import cluster
 
     if not launch:
         raise InputError(f"strategy {strategy_name} without {cluster.TF_CONFIG} needs a launch command for its tasks")
+    limit = config.distributed.max_restarts
+    restart = cluster.restarts_done()
+    while True:
+        try:
+            return _run_local_group(config, strategy_name, name, prepared_dir, model_dir, launch, backups)
+        except Interrupted:
+            raise
+        except RunError as err:
+            if restart >= limit:
+                raise RunError(f"{err}\n(gave up after {restart} restart(s): distributed.max_restarts is {limit})") from None
+            restart += 1
+            log.warning("%s\nrestarting every task (restart %d of %d); training resumes from the last backed-up epoch",
+                        err, restart, limit)
+            if strategy_name == "parameter_server":
+                cluster.restart_self(launch, restart)
+
+
+def _run_local_group(
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, launch: Sequence[str],
+    backups: Path,
+) -> tuple[dict, list[dict]] | None:
+    """One attempt of a local cluster: start its tasks, train, stop them all."""
+    import tempfile
+
+    from tfdist import cluster
+
     spec = cluster.local_cluster(strategy_name, config.distributed.workers, config.distributed.ps)
     log.info("local mode: starting %s on loopback for %s", _describe_cluster(spec), strategy_name)
     with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch:
@@ -98,7 +138,7 @@ def _launch_local(
                 group.watch()
                 try:
                     chief = cluster.ClusterTask(spec, "chief", 0)
-                    result = _train_task(config, strategy_name, name, prepared_dir, model_dir, chief)
+                    result = _train_task(config, strategy_name, name, prepared_dir, model_dir, chief, backups)
                 except BaseException:
                     cluster.mute_native_stderr()
                     raise
@@ -130,15 +170,18 @@ def _describe_cluster(spec: Mapping[str, list[str]]) -> str:
 
 
 def _train_task(
-    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, task: ClusterTask | None
+    config: Config, strategy_name: str, name: str, prepared_dir: Path, model_dir: Path, task: ClusterTask | None,
+    backups: Path,
 ) -> tuple[dict, list[dict]] | None:
     """Train in this process, as the only process or as one task of a cluster.
 
     The strategy is made first, before any TensorFlow op, so logical CPU
     devices can still be configured; the tracking store is checked before
     training so a bad URI fails in seconds. Only the chief (or the only
-    process) tracks and saves; another worker saves to a scratch folder.
+    process) tracks, saves and keeps the backup's state; another worker saves
+    to a scratch folder.
     """
+    from tfdist.resume import open_backup, run_key
     from tfdist.strategies import make_strategy
 
     resolver = task.resolver() if task is not None else None
@@ -149,13 +192,15 @@ def _train_task(
         # peers never finish. A stopped worker dies at once; its launcher closes the run.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     train_split, val_split = load_split(prepared_dir, "train"), load_split(prepared_dir, "val")
+    key = run_key(config, strategy_name, [prepared_dir / "train.npz", prepared_dir / "val.npz"])
+    backup, stale = open_backup(backups, name, key)
 
     from tfdist.models import export_copy
     from tfdist.runtime import keras, tf
-    from tfdist.training import train_model, weights_digest
+    from tfdist.training import Diverged, train_model, weights_digest
 
     if task is not None and not task.is_chief:
-        result = train_model(config, strategy, info, train_split, val_split)
+        result = train_model(config, strategy, info, train_split, val_split, backup=backup, record_backup=False)
         _save_scratch(task, name, weights_digest(result.model), result.history)
         return None
 
@@ -163,6 +208,7 @@ def _train_task(
     from tfdist.precision import announce
 
     tracking.configure(config.mlflow)
+    _retire(stale)
     support = announce(config.train.precision)
     params = {**to_flat_dict(config), "strategy": info.to_dict(), "tensorflow": tf.__version__, "tf_keras": keras.__version__}
     tags = {
@@ -170,9 +216,14 @@ def _train_task(
         "loop": config.train.loop, "precision": config.train.precision,
         "precision.can_be_faster": str(support.can_be_faster), "precision.hardware": support.reason,
     }
-    with tracking.start_run(name, params, tags) as run_id:
+    with tracking.start_run(name, params, tags, resume_run_id=backup.run_id) as run_id:
+        backup.save(mlflow_run_id=run_id, name=name, strategy=strategy_name, key=key)
         _leave_run_id(task, name, run_id)
-        result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()])
+        try:
+            result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()], backup)
+        except Diverged as err:
+            tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
+            raise
         model = export_copy(result.model, config.model)
         digest = weights_digest(model)
         log.info("%s: final weights sha256 %s", task.name if task else name, digest)
@@ -184,9 +235,11 @@ def _train_task(
             "global_batch_size": result.global_batch_size,
             "effective_learning_rate": result.learning_rate,
             "warmup_steps": result.warmup_steps,
+            "resumed_at_epoch": result.resumed_at_epoch,
             **{f"{kind}_function_traces": count for kind, count in result.traces.items()},
         }
         tracking.log_metrics(summary)
+    backup.remove()
     report = {
         "name": name,
         **{k: v for k, v in info.to_dict().items() if k != "name"},
@@ -202,6 +255,7 @@ def _train_task(
         "learning_rate": result.learning_rate,
         "warmup_steps": result.warmup_steps,
         "epochs": len(result.history),
+        "resumed_at_epoch": result.resumed_at_epoch,
         "steps_per_epoch": result.steps_per_epoch,
         "traces": result.traces,
         "train_seconds": result.train_seconds,
@@ -213,6 +267,17 @@ def _train_task(
         "host": platform.node(),
     }
     return report, result.history
+
+
+def _retire(stale: list[RunBackup]) -> None:
+    """Backups of this run name under other params: close their runs (never resumed) and delete them."""
+    from tfdist import tracking
+
+    for backup in stale:
+        if backup.run_id and tracking.close_if_running(backup.run_id, "KILLED"):
+            log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
+                     backup.run_id)
+        backup.remove()
 
 
 def _leave_run_id(task: ClusterTask | None, name: str, run_id: str) -> None:

@@ -76,15 +76,38 @@ def context_tags() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def start_run(name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> Iterator[str]:
+def start_run(
+    name: str, params: Mapping[str, Any], tags: Mapping[str, str], resume_run_id: str | None = None
+) -> Iterator[str]:
     """Open a run, log ``params`` and ``tags``, yield its id.
 
-    The run ends FINISHED on success, FAILED on an exception and KILLED on
-    Ctrl-C, never left RUNNING.
+    With ``resume_run_id`` (a run this store holds), that run is reopened
+    instead: a training resumed after a crash continues its own run, metrics
+    at the following steps. The run ends FINISHED on success, FAILED on an
+    exception and KILLED on Ctrl-C, never left RUNNING.
     """
+    if resume_run_id and _exists(resume_run_id):
+        with mlflow.start_run(run_id=resume_run_id) as run:
+            mlflow.set_tags({**context_tags(), **tags})
+            yield run.info.run_id
+        return
     with mlflow.start_run(run_name=name, tags={**context_tags(), **tags}) as run:
         mlflow.log_params(flatten(params))
         yield run.info.run_id
+
+
+def _exists(run_id: str) -> bool:
+    try:
+        mlflow.MlflowClient().get_run(run_id)
+    except MlflowException:
+        log.warning("MLflow run %s from the backup is not in this store; starting a new run", run_id)
+        return False
+    return True
+
+
+def set_tags(tags: Mapping[str, Any]) -> None:
+    """Tag the active run (values as strings)."""
+    mlflow.set_tags({key: str(value) for key, value in tags.items()})
 
 
 def close_if_running(run_id: str, status: str) -> bool:
@@ -94,8 +117,11 @@ def close_if_running(run_id: str, status: str) -> bool:
     Returns whether the run was closed here.
     """
     client = mlflow.MlflowClient()
-    if client.get_run(run_id).info.status != "RUNNING":
-        return False
+    try:
+        if client.get_run(run_id).info.status != "RUNNING":
+            return False
+    except MlflowException:
+        return False  # not in this store (it moved, or was deleted)
     client.set_terminated(run_id, status=status)
     return True
 

@@ -18,6 +18,7 @@ from tfdist.config import Config, TrainConfig
 from tfdist.data import Digits, make_dataset, make_worker_dataset_fn
 from tfdist.errors import InputError, RunError
 from tfdist.models import build_model, compile_model, trained_weights
+from tfdist.resume import RunBackup, restored_history, resume_callbacks
 from tfdist.runtime import keras, tf
 from tfdist.strategies import StrategyInfo
 
@@ -46,8 +47,10 @@ class TrainResult:
         steps_per_epoch: optimizer steps per epoch.
         traces: times each step function was traced (``train``, ``test``); a
             fixed batch shape keeps ``train`` at 1.
-        train_seconds: wall time of ``fit`` (training and validation).
+        train_seconds: wall time of ``fit`` (training and validation); for a
+            resumed run, plus the training time of the restored epochs.
         samples_per_second: training examples per second of training time.
+        resumed_at_epoch: epochs restored from a backup (0: trained from scratch).
     """
 
     model: keras.Model
@@ -59,6 +62,7 @@ class TrainResult:
     traces: dict[str, int]
     train_seconds: float
     samples_per_second: float
+    resumed_at_epoch: int = 0
 
     def final(self) -> dict[str, float]:
         """The last epoch's loss/accuracy and val_loss/val_accuracy."""
@@ -121,16 +125,29 @@ def effective_learning_rate(config: TrainConfig, global_batch_size: int) -> floa
     return config.learning_rate
 
 
+class Diverged(RunError):
+    """The loss became NaN or infinite; ``epoch`` (1-based) and ``step`` say when."""
+
+    def __init__(self, loss: float, epoch: int, step: int):
+        super().__init__(
+            f"training diverged: loss is {loss} at epoch {epoch} (step {step}); "
+            "lower train.learning_rate or clip gradients (train.clip.method: global_norm)"
+        )
+        self.epoch, self.step = epoch, step
+
+
 class DivergenceGuard(keras.callbacks.Callback):
-    """Stops at the first epoch whose loss is NaN or infinite, instead of training on."""
+    """Stops at the first epoch whose loss is NaN or infinite, instead of training on.
+
+    Per epoch, not per batch: batch hooks cost Python on every step and
+    ParameterServer refuses them. It runs before the backup callbacks, so a
+    diverged epoch is never backed up.
+    """
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
-            raise RunError(
-                f"training diverged: loss is {loss} at epoch {epoch + 1}; "
-                "lower train.learning_rate"
-            )
+            raise Diverged(loss, epoch + 1, int(self.model.optimizer.iterations.numpy()))
 
 
 def train_model(
@@ -140,6 +157,8 @@ def train_model(
     train: Digits,
     val: Digits,
     callbacks: list[keras.callbacks.Callback] | tuple = (),
+    backup: RunBackup | None = None,
+    record_backup: bool = True,
 ) -> TrainResult:
     """Build, compile and ``fit`` the seed model under ``strategy``.
 
@@ -149,9 +168,14 @@ def train_model(
     the workers take steps concurrently: an epoch is still one pass over the
     data, split into steps that whichever worker is free runs.
 
+    With ``backup``, the run backs up every epoch and resumes from that
+    backup if it holds finished epochs; ``record_backup`` (the chief) also
+    keeps the history there, and the returned history then covers every
+    epoch, restored ones included.
+
     Raises:
         InputError: the training split is smaller than one global batch.
-        RunError: the loss became NaN or infinite.
+        Diverged: the loss became NaN or infinite.
     """
     global_batch = config.train.batch_size * info.replicas
     steps = len(train) // global_batch
@@ -175,17 +199,23 @@ def train_model(
         train_input = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
     val_ds = make_dataset(val, global_batch, shuffle=False, seed=config.seed) if len(val) else None
     timer = EpochTimer(steps * global_batch)
+    resume, initial_epoch = resume_callbacks(backup, info.name, model, record_backup) if backup else ([], 0)
     started = time.perf_counter()
     fit = model.fit(
         train_input,
         validation_data=val_ds,
         epochs=config.train.epochs,
+        initial_epoch=initial_epoch,
         steps_per_epoch=steps if asynchronous else None,
-        callbacks=[timer, DivergenceGuard(), *callbacks],
+        callbacks=[timer, DivergenceGuard(), *callbacks, *resume],
         verbose=2,
     )
     seconds = time.perf_counter() - started
-    history = _epochs(fit.history)
+    history = _epochs(fit.history, fit.epoch)
+    resumed_at = history[0]["epoch"] - 1 if history else config.train.epochs
+    restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
+    history = restored + history
+    seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
     train_time = sum(row["epoch_seconds"] for row in history)
     return TrainResult(
         model=model,
@@ -197,6 +227,7 @@ def train_model(
         traces={"train": _tracing_count(model, "train_function"), "test": _tracing_count(model, "test_function")},
         train_seconds=seconds,
         samples_per_second=steps * global_batch * len(history) / train_time,
+        resumed_at_epoch=resumed_at if backup is not None else 0,
     )
 
 
@@ -207,11 +238,10 @@ def _tracing_count(model: keras.Model, attribute: str) -> int:
     return int(count()) if count else 0
 
 
-def _epochs(history: dict[str, list[float]]) -> list[dict[str, float]]:
-    epochs = len(history["loss"])
+def _epochs(history: dict[str, list[float]], epochs: list[int]) -> list[dict[str, float]]:
     rows = []
-    for i in range(epochs):
-        row = {"epoch": i + 1}
+    for i, epoch in enumerate(epochs):
+        row = {"epoch": epoch + 1}
         row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] + CUSTOM_LOOP_COLUMNS if key in history})
         rows.append(row)
     return rows

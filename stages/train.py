@@ -17,8 +17,8 @@ from tfdist.strategies import STRATEGY_NAMES
 
 @click.command()
 @config_options
-@click.option("--strategy", type=click.Choice(STRATEGY_NAMES, case_sensitive=False), default="default",
-              show_default=True, help="tf.distribute strategy; 'default' is normal, undistributed training.")
+@click.option("--strategy", default="default", show_default=True, metavar="NAME",
+              help=f"tf.distribute strategy: {', '.join(STRATEGY_NAMES)}; 'default' is normal, undistributed training.")
 @click.option("--name", required=True, help="Run name: models/NAME, reports/train/NAME.json, the MLflow run name.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
               help="Prepared data folder (from the preprocess stage).")

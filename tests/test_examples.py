@@ -62,6 +62,7 @@ def test_every_task_of_a_tfjob_gets_a_tf_config_the_project_accepts(path):
         strategy = context.params["strategy"]
         assert strategy == path.stem.removeprefix("tfjob-").replace("-", "_")
         assert context.params["data_dir"].is_absolute(), "every task must find the shared prepared data"
+        assert str(context.params["backups_dir"]).startswith("/shared/"), "a restarted task resumes from shared backups"
         assert any(arg.startswith("--set=mlflow.tracking_uri=http") for arg in container["args"]), "a server, not sqlite"
         for index in range(spec["replicas"]):
             task = parse_tf_config(operator_tf_config(job, rtype, index))

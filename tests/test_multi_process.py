@@ -98,7 +98,7 @@ def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdi
 def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdir, strategy, victim):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     launcher = subprocess.Popen(
-        train_command(workdir, strategy, "train.epochs=200"), cwd=REPO, env=env,
+        train_command(workdir, strategy, "train.epochs=200", "distributed.max_restarts=0"), cwd=REPO, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     pids, lines = {}, []

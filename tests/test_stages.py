@@ -48,11 +48,6 @@ def test_preprocess_usage_errors_exit_2_with_one_line_and_no_output(workdir, arg
     assert not (workdir / "reports").exists() and not (workdir / "data").exists()
 
 
-def test_train_rejects_an_unknown_strategy(workdir):
-    result = invoke(train, "--strategy", "bogus", "--name", "x")
-    assert result.exit_code == 2 and "'bogus' is not one of 'default'" in result.output
-
-
 @pytest.mark.parametrize(("strategy", "tf_config", "message"), [
     ("multi_worker_mirrored", "{oops",
      "error: TF_CONFIG is not valid JSON (Expecting property name enclosed in double quotes at character 1)"),

@@ -33,26 +33,75 @@ _PARAM_VALUE_LIMIT = 6000
 def configure(config: MlflowConfig) -> str:
     """Point MLflow at the configured store and experiment; return the experiment id.
 
-    A sqlite store's folder is created first (SQLAlchemy will not). Checked
-    here, before training, so that a bad store fails in seconds, not after the
-    last epoch.
+    Checked here, before training, so that a bad store fails in seconds, not
+    after the last epoch. A sqlite store's folder is created first (SQLAlchemy
+    will not), and its creation, schema upgrade and the experiment's creation
+    happen under a file lock: two stages starting at once on a fresh store
+    (``dvc queue start -j 2``) would otherwise both migrate it and one fail.
 
     Raises:
-        InputError: the store cannot be opened or written.
+        InputError: the store cannot be reached, opened or written.
     """
     uri = config.tracking_uri
+    if uri.startswith(("http://", "https://")):
+        _probe_server(uri)
+    lock = contextlib.nullcontext()
     if uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///") :]).parent
+        database = Path(uri[len("sqlite:///") :])
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise InputError(f"mlflow.tracking_uri {uri}: cannot create {folder} ({err.strerror})") from None
+            raise InputError(f"mlflow.tracking_uri {uri}: cannot create {database.parent} ({err.strerror})") from None
+        lock = _file_lock(database.with_name(database.name + ".lock"), uri)
     mlflow.set_tracking_uri(uri)
-    try:
-        experiment = mlflow.set_experiment(config.experiment)
-    except MlflowException as err:
-        raise InputError(f"mlflow.tracking_uri {uri}: cannot use the tracking store ({err.message})") from None
+    with lock:
+        try:
+            experiment = mlflow.set_experiment(config.experiment)
+        except MlflowException as err:
+            raise InputError(f"mlflow.tracking_uri {uri}: cannot use the tracking store ({err.message})") from None
     return experiment.experiment_id
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, uri: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (released if the process dies)."""
+    import fcntl
+
+    try:
+        handle = open(path, "a")
+    except OSError as err:
+        raise InputError(f"mlflow.tracking_uri {uri}: cannot write in {path.parent} ({err.strerror})") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+#: MLflow retries a failing HTTP request 7 times with backoff (minutes); a stage should fail in seconds.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def _probe_server(uri: str, timeout: float = 5.0) -> None:
+    """Fail in seconds, naming the URI, when no MLflow server answers there."""
+    import urllib.error
+    import urllib.request
+
+    for key, value in _HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
+            response.read(64)
+    except urllib.error.HTTPError as err:
+        if err.code >= 500:
+            raise InputError(f"mlflow.tracking_uri {uri}: the server answers with HTTP {err.code}; check it") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise InputError(
+            f"mlflow.tracking_uri {uri}: no MLflow server answers ({reason}); start one "
+            "(mlflow server --host 127.0.0.1 --port 5000) or fix the URI"
+        ) from None
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

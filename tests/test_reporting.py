@@ -48,7 +48,8 @@ def test_markdown_and_figures(tmp_path):
         {"normal": {"accuracy": 0.95, "loss": 0.2}, "central_storage": {"accuracy": 0.951, "loss": 0.2}},
     )
     markdown = render_markdown(comparison)
-    row = "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 | 9.5 | 105 | 1.05x | 0.9510 | +0.10 |"
+    row = ("| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 | 105 | 4.750 | 0.00 | 9.5 "
+           "| 1.05x | 0.9510 | +0.10 |")
     assert row in markdown
     assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
@@ -73,3 +74,17 @@ def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynch
     assert "**Asynchronous:** parameter_server trained with parameter servers" in markdown
     assert "Its 2 worker processes shared the same" in comparison["verdict"]
     assert "**Precision:** this machine has no hardware that computes mixed_bfloat16 faster" in markdown
+
+
+def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
+    normal = {**train_report("default", 3.0), "epochs": 10, "steady_epoch_seconds": 0.1,
+              "first_epoch_overhead_seconds": 0.9, "steady_samples_per_second": 36000}
+    mirrored = {**train_report("mirrored", 4.0, 2, ["/gpu:0", "/gpu:1"]), "epochs": 10, "steady_epoch_seconds": 0.05,
+                "first_epoch_overhead_seconds": 2.5, "steady_samples_per_second": 72000}
+    comparison = build_comparison({"normal": normal, "mirrored": mirrored},
+                                  {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.95, "loss": 0.2}})
+    row = comparison["runs"]["mirrored"]
+    assert row["speedup"] == pytest.approx(2.0) and row["wall_speedup"] == pytest.approx(0.75)
+    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
+    assert "0.050 s vs 0.100 s per epoch at steady state" in comparison["verdict"]
+    assert "| 72,000 | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)

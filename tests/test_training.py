@@ -38,6 +38,10 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     assert set(EPOCH_COLUMNS) <= set(result.history[-1])
     # the timer runs before user callbacks, so trackers see the timing of each epoch
     assert all(row["samples_per_second"] > 0 for row in recorder.epochs)
+    assert result.steady_epoch_seconds == result.history[1]["epoch_seconds"], "two epochs: the second is steady"
+    assert result.first_epoch_overhead == pytest.approx(
+        max(0.0, result.history[0]["epoch_seconds"] - result.steady_epoch_seconds))
+    assert 0 < result.startup_seconds < 3600, "seconds from process start to fit"
 
 
 def test_batch_larger_than_the_data_is_refused(tmp_path, prepared_dir):

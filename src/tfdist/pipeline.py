@@ -236,6 +236,10 @@ def _train_task(
             "effective_learning_rate": result.learning_rate,
             "warmup_steps": result.warmup_steps,
             "resumed_at_epoch": result.resumed_at_epoch,
+            "steady_epoch_seconds": result.steady_epoch_seconds,
+            "first_epoch_overhead_seconds": result.first_epoch_overhead,
+            "steady_samples_per_second": result.steady_samples_per_second,
+            **({"startup_seconds": result.startup_seconds} if result.startup_seconds is not None else {}),
             **{f"{kind}_function_traces": count for kind, count in result.traces.items()},
         }
         tracking.log_metrics(summary)
@@ -260,6 +264,10 @@ def _train_task(
         "traces": result.traces,
         "train_seconds": result.train_seconds,
         "samples_per_second": result.samples_per_second,
+        "steady_epoch_seconds": result.steady_epoch_seconds,
+        "first_epoch_overhead_seconds": result.first_epoch_overhead,
+        "steady_samples_per_second": result.steady_samples_per_second,
+        "startup_seconds": result.startup_seconds,
         **result.final(),
         "weights_sha256": digest,
         "mlflow_run_id": run_id,

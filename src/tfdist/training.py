@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +54,12 @@ class TrainResult:
             resumed run, plus the training time of the restored epochs.
         samples_per_second: training examples per second of training time.
         resumed_at_epoch: epochs restored from a backup (0: trained from scratch).
+        steady_epoch_seconds: median training time of the epochs after the first
+            (the first also traces the step functions), or of the only epoch.
+        first_epoch_overhead: how much longer the first epoch took than that.
+        steady_samples_per_second: training examples per second at steady state.
+        startup_seconds: from the process's start to the beginning of ``fit``
+            (imports, strategy, data, tracking), or None where unknown.
     """
 
     model: keras.Model
@@ -63,6 +72,10 @@ class TrainResult:
     train_seconds: float
     samples_per_second: float
     resumed_at_epoch: int = 0
+    steady_epoch_seconds: float = 0.0
+    first_epoch_overhead: float = 0.0
+    steady_samples_per_second: float = 0.0
+    startup_seconds: float | None = None
 
     def final(self) -> dict[str, float]:
         """The last epoch's loss/accuracy and val_loss/val_accuracy."""
@@ -136,6 +149,33 @@ class Diverged(RunError):
         self.epoch, self.step = epoch, step
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (Linux /proc), or None elsewhere."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
+
+
+class StartupTimer(keras.callbacks.Callback):
+    """Records how long the process took to reach ``fit``: the stage's start-up cost."""
+
+    seconds: float | None = None
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.seconds = process_age()
+
+
+def steady_state(history: list[dict[str, float]]) -> tuple[float, float]:
+    """``(steady epoch seconds, first-epoch overhead)`` from per-epoch training times."""
+    seconds = [row["epoch_seconds"] for row in history]
+    steady = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    return steady, max(0.0, seconds[0] - steady)
+
+
 class DivergenceGuard(keras.callbacks.Callback):
     """Stops at the first epoch whose loss is NaN or infinite, instead of training on.
 
@@ -198,7 +238,7 @@ def train_model(
     else:
         train_input = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
     val_ds = make_dataset(val, global_batch, shuffle=False, seed=config.seed) if len(val) else None
-    timer = EpochTimer(steps * global_batch)
+    timer, startup = EpochTimer(steps * global_batch), StartupTimer()
     resume, initial_epoch = resume_callbacks(backup, info.name, model, record_backup) if backup else ([], 0)
     started = time.perf_counter()
     fit = model.fit(
@@ -207,7 +247,7 @@ def train_model(
         epochs=config.train.epochs,
         initial_epoch=initial_epoch,
         steps_per_epoch=steps if asynchronous else None,
-        callbacks=[timer, DivergenceGuard(), *callbacks, *resume],
+        callbacks=[startup, timer, DivergenceGuard(), *callbacks, *resume],
         verbose=2,
     )
     seconds = time.perf_counter() - started
@@ -217,6 +257,7 @@ def train_model(
     history = restored + history
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
     train_time = sum(row["epoch_seconds"] for row in history)
+    steady, first_overhead = steady_state(history)
     return TrainResult(
         model=model,
         history=history,
@@ -228,6 +269,10 @@ def train_model(
         train_seconds=seconds,
         samples_per_second=steps * global_batch * len(history) / train_time,
         resumed_at_epoch=resumed_at if backup is not None else 0,
+        steady_epoch_seconds=steady,
+        first_epoch_overhead=first_overhead,
+        steady_samples_per_second=steps * global_batch / steady,
+        startup_seconds=startup.seconds,
     )
 
 

@@ -107,6 +107,8 @@ class TrainConfig:
         precision: ``float32``, ``mixed_float16`` or ``mixed_bfloat16`` (Keras
             mixed-precision policy: float16/bfloat16 compute, float32 variables).
         clip: gradient clipping.
+        jit_compile: compile the step functions with XLA (see docs/performance.md
+            for what it does on this machine).
     """
 
     epochs: int = _knob(10, ge=1)
@@ -119,6 +121,7 @@ class TrainConfig:
     loop: str = _knob("fit", choices=LOOPS)
     precision: str = _knob("float32", choices=PRECISIONS)
     clip: ClipConfig = field(default_factory=ClipConfig)
+    jit_compile: bool = _knob(False)
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,22 @@ class DistributedConfig:
     workers: int = _knob(2, ge=1)
     ps: int = _knob(1, ge=1)
     max_restarts: int = _knob(1, ge=0)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How TensorFlow uses this machine's cores in every training process.
+
+    Attributes:
+        intra_op_threads: threads one op may use (0: TensorFlow's choice, all
+            cores). The seed MLP's ops are tiny: splitting them across cores costs
+            more than it saves, so 1 is fastest here (docs/performance.md).
+        inter_op_threads: ops run at once (0: TensorFlow's choice); 2 lets two
+            replicas, or compute and input, proceed side by side.
+    """
+
+    intra_op_threads: int = _knob(1, ge=0)
+    inter_op_threads: int = _knob(2, ge=0)
 
 
 @dataclass(frozen=True)
@@ -173,6 +192,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
 

@@ -151,6 +151,7 @@ def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, *
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         steps_per_execution=config.steps_per_execution,
+        jit_compile=config.jit_compile,
         **options,
     )
     # Create the optimizer's slots now: created inside the first step instead,

@@ -60,11 +60,13 @@ def train(
     """
     from tfdist import cluster
     from tfdist.precision import check_supported
-    from tfdist.strategies import MULTI_PROCESS_STRATEGIES, check_strategy_name
+    from tfdist.strategies import MULTI_PROCESS_STRATEGIES, check_strategy_name, configure_threads
 
     strategy_name = check_strategy_name(strategy_name)
     check_supported(config.train.precision, strategy_name)
     task = cluster.read_tf_config()
+    if not (task is None and strategy_name == "multi_worker_mirrored"):  # all but the MWMS launcher run TensorFlow
+        configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
     if strategy_name not in MULTI_PROCESS_STRATEGIES:
         if task is not None:
             log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster.TF_CONFIG, strategy_name)

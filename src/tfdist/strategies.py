@@ -90,6 +90,24 @@ def configure_cpu_devices(count: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(count)]
 
 
+def configure_threads(intra_op: int, inter_op: int) -> None:
+    """Set TensorFlow's thread pools (0 leaves TensorFlow's choice); first thing in the process.
+
+    Once TensorFlow's runtime has started the pools are fixed: then this only
+    warns, so a library caller (a notebook, the tests) keeps working.
+    """
+    tf = _tensorflow()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    except RuntimeError:
+        current = (tf.config.threading.get_intra_op_parallelism_threads(),
+                   tf.config.threading.get_inter_op_parallelism_threads())
+        if current != (intra_op, inter_op):
+            log.warning("TensorFlow already runs with (intra, inter) op threads %s; runtime settings %s not applied",
+                        current, (intra_op, inter_op))
+
+
 def check_strategy_name(name: Any) -> str:
     """``name`` lower-cased if it is a known strategy.
 

@@ -28,7 +28,7 @@ test-fast: install ## Run the tests but the slow end-to-end ones
 	python -m pytest -m "not slow"
 
 lint: install ## Check style with ruff
-	ruff check src stages tests
+	ruff check src stages tests benchmarks
 
 ui: install ## Open the MLflow UI on the project's store at http://127.0.0.1:5000
 	@echo "MLflow UI: http://127.0.0.1:5000 (Ctrl-C to stop)"

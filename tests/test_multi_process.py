@@ -122,3 +122,11 @@ def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdi
     mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlruns/mlflow.db")
     statuses = {run.info.status for run in mlflow.search_runs(experiment_names=["tests"], output_format="list")}
     assert statuses <= {"FAILED", "KILLED"} and statuses, "the run is closed, not left RUNNING"
+
+
+def test_parameter_server_validates_exactly_even_with_fewer_batches_than_shards(workdir):
+    # 400 validation digits at batch 200 make 2 batches; exact evaluation wants 5 shards per worker.
+    result = run_stage(workdir, "parameter_server", "train.batch_size=200", "train.epochs=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((workdir / "reports" / "parameter_server.json").read_text())
+    assert 0 < report["val_accuracy"] <= 1

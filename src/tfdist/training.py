@@ -229,15 +229,21 @@ def train_model(
     warmup_steps = round(config.train.warmup_epochs * steps)
     schedule = LinearWarmup(learning_rate, warmup_steps) if warmup_steps else learning_rate
     asynchronous = not info.synchronous
+    val_batch, shards = global_batch, 0
+    if asynchronous and len(val):
+        # Exact validation under ParameterServer: the workers evaluate whole shards of
+        # the validation batches (tf_keras's "auto" is 5 per worker), so there must be
+        # at least one batch per shard; the batch size does not change the metrics.
+        shards = min(5 * info.workers, len(val))
+        val_batch = min(global_batch, len(val) // shards)
     with precision.policy(config.train.precision), strategy.scope():
         model = build_model(config.model, config.train.loop)
-        # Exact validation under ParameterServer: each worker evaluates whole shards.
-        compile_model(model, config.train, schedule, **({"pss_evaluation_shards": "auto"} if asynchronous else {}))
+        compile_model(model, config.train, schedule, **({"pss_evaluation_shards": shards} if shards else {}))
     if asynchronous:
         train_input = keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, global_batch, config.seed))
     else:
         train_input = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
-    val_ds = make_dataset(val, global_batch, shuffle=False, seed=config.seed) if len(val) else None
+    val_ds = make_dataset(val, val_batch, shuffle=False, seed=config.seed) if len(val) else None
     timer, startup = EpochTimer(steps * global_batch), StartupTimer()
     resume, initial_epoch = resume_callbacks(backup, info.name, model, record_backup) if backup else ([], 0)
     started = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,21 @@ def process_alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except (ProcessLookupError, FileNotFoundError):
         return False
+
+
+def train_stage_command(workdir: Path, strategy: str, name: str | None = None, *sets: str) -> list[str]:
+    """The train stage as a subprocess command, every path (params, data, outputs, backups) under ``workdir``."""
+    return [
+        sys.executable, "-m", "stages.train", "--params", str(workdir / "params.yaml"), "--strategy", strategy,
+        "--name", name or strategy, "--data", str(workdir / "data" / "prepared"), "--models", str(workdir / "models"),
+        "--reports", str(workdir / "reports"), "--backups", str(workdir / "backups"),
+        *(arg for item in sets for arg in ("--set", item)),
+    ]
+
+
+def local_mode_environment() -> dict[str, str]:
+    """This environment without TF_CONFIG, so multi-process strategies launch locally."""
+    return {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
 
 
 def tiny_params(tmp_path: Path, **sections: dict) -> Path:

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import mlflow
@@ -19,24 +18,14 @@ import pytest
 from tfdist.data import load_split
 from tfdist.evaluation import evaluate_model
 
-from conftest import REPO, process_alive, tiny_params
+from conftest import REPO, local_mode_environment, process_alive, tiny_params, train_stage_command
 
 pytestmark = pytest.mark.slow
 
 
-def train_command(workdir, strategy, *sets):
-    return [
-        sys.executable, "-m", "stages.train", "--params", str(workdir / "params.yaml"), "--strategy", strategy,
-        "--name", strategy, "--data", str(workdir / "data" / "prepared"), "--models", str(workdir / "models"),
-        "--reports", str(workdir / "reports"), *(arg for item in sets for arg in ("--set", item)),
-    ]
-
-
 def run_stage(workdir, strategy, *sets, timeout=240):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    return subprocess.run(
-        train_command(workdir, strategy, *sets), cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run(train_stage_command(workdir, strategy, None, *sets), cwd=REPO, env=local_mode_environment(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def accuracy_on_test(workdir, name):
@@ -96,9 +85,9 @@ def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdi
 
 @pytest.mark.parametrize(("strategy", "victim"), [("multi_worker_mirrored", "worker-1"), ("parameter_server", "ps-0")])
 def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdir, strategy, victim):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     launcher = subprocess.Popen(
-        train_command(workdir, strategy, "train.epochs=200", "distributed.max_restarts=0"), cwd=REPO, env=env,
+        train_stage_command(workdir, strategy, None, "train.epochs=200", "distributed.max_restarts=0"), cwd=REPO,
+        env=local_mode_environment(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     pids, lines = {}, []

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import mlflow
@@ -19,7 +18,7 @@ from click.testing import CliRunner
 
 from stages import train
 
-from conftest import REPO, process_alive, tiny_params
+from conftest import REPO, local_mode_environment, process_alive, tiny_params, train_stage_command
 
 EPOCHS = 6
 
@@ -30,21 +29,8 @@ def workdir(tmp_path, prepared_copy):
     return tmp_path
 
 
-def command(workdir, strategy, name, *sets):
-    return [
-        sys.executable, "-m", "stages.train", "--params", str(workdir / "params.yaml"), "--strategy", strategy,
-        "--name", name, "--data", str(workdir / "data" / "prepared"), "--models", str(workdir / "models"),
-        "--reports", str(workdir / "reports"), "--backups", str(workdir / "backups"),
-        *(arg for item in sets for arg in ("--set", item)),
-    ]
-
-
-def environment():
-    return {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-
-
 def start(workdir, strategy, name, *sets):
-    return subprocess.Popen(command(workdir, strategy, name, *sets), cwd=REPO, env=environment(),
+    return subprocess.Popen(train_stage_command(workdir, strategy, name, *sets), cwd=REPO, env=local_mode_environment(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -57,7 +43,7 @@ def read_until(process, pattern, lines):
 
 
 def finished(workdir, strategy, name):
-    result = subprocess.run(command(workdir, strategy, name), cwd=REPO, env=environment(),
+    result = subprocess.run(train_stage_command(workdir, strategy, name), cwd=REPO, env=local_mode_environment(),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stderr + result.stdout

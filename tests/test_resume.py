@@ -78,8 +78,7 @@ def test_a_killed_run_resumes_from_its_last_epoch_in_the_same_mlflow_run(workdir
     assert report["resumed_at_epoch"] == int(resumed[1]) and report["epochs"] == EPOCHS
     history = (workdir / "reports" / "history" / "crash.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in history[1:]] == [str(e) for e in range(1, EPOCHS + 1)]
-    assert not (workdir / "backups" / "crash").exists() or not any((workdir / "backups" / "crash").iterdir()), \
-        "the backup is removed after success"
+    assert not (workdir / "backups" / "crash").exists(), "the backup is removed after success"
 
     finished(workdir, strategy, "uninterrupted")
     fresh = json.loads((workdir / "reports" / "uninterrupted.json").read_text())

@@ -22,6 +22,7 @@ What is backed up:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -100,7 +101,10 @@ class RunBackup:
         self.save(history=sorted(rows, key=lambda r: r["epoch"]))
 
     def remove(self) -> None:
+        """Delete this backup, and the run name's folder if nothing else is left in it."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.folder.parent.rmdir()
 
 
 def open_backup(root: Path, name: str, key: str) -> tuple[RunBackup, list[RunBackup]]:

@@ -147,24 +147,23 @@ def _run_local_group(
                 cluster.disconnect_remote()
                 return result
         except BaseException as err:
-            _close_chief_run(config, Path(scratch) / name / _RUN_ID_FILE, "KILLED" if isinstance(err, Interrupted) else "FAILED")
+            _close_chief_run(config, backups, name, "KILLED" if isinstance(err, Interrupted) else "FAILED")
             raise
 
 
-#: Where a chief started by the local launcher leaves its MLflow run id, so the
-#: launcher can close the run if the chief is killed before it can.
-_RUN_ID_FILE = "chief-mlflow-run-id"
+def _close_chief_run(config: Config, backups: Path, name: str, status: str) -> None:
+    """Close the MLflow run a stopped chief left RUNNING; its backup names the run."""
+    from tfdist.resume import backups_of
 
-
-def _close_chief_run(config: Config, run_id_file: Path, status: str) -> None:
-    if not run_id_file.exists():
+    run_ids = [backup.run_id for backup in backups_of(backups, name) if backup.run_id]
+    if not run_ids:
         return
     from tfdist import tracking
 
-    run_id = run_id_file.read_text().strip()
     tracking.configure(config.mlflow)
-    if tracking.close_if_running(run_id, status):
-        log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)
+    for run_id in run_ids:
+        if tracking.close_if_running(run_id, status):
+            log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)
 
 
 def _describe_cluster(spec: Mapping[str, list[str]]) -> str:
@@ -220,7 +219,6 @@ def _train_task(
     }
     with tracking.start_run(name, params, tags, resume_run_id=backup.run_id) as run_id:
         backup.save(mlflow_run_id=run_id, name=name, strategy=strategy_name, key=key)
-        _leave_run_id(task, name, run_id)
         try:
             result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()], backup)
         except Diverged as err:
@@ -288,17 +286,6 @@ def _retire(stale: list[RunBackup]) -> None:
             log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
                      backup.run_id)
         backup.remove()
-
-
-def _leave_run_id(task: ClusterTask | None, name: str, run_id: str) -> None:
-    """A chief started by the local launcher tells it which MLflow run is its own."""
-    import os
-
-    from tfdist import cluster
-
-    scratch = os.environ.get(cluster.SCRATCH_ENV)
-    if task is not None and scratch:
-        atomic.write_text(Path(scratch) / name / _RUN_ID_FILE, run_id)
 
 
 def _save_scratch(task: ClusterTask, name: str, digest: str, history: list[dict]) -> None:

@@ -18,6 +18,9 @@ What is backed up:
 * ``state.json``: the MLflow run id and the per-epoch history so far, written
   before the model backup of the same epoch, so a history row is never missing
   for a restored epoch (extra rows are dropped on restore).
+
+This module keeps the folders and imports no TensorFlow, so a launcher can read
+a backup cheaply; the callbacks that fill them are in :mod:`tfdist.training`.
 """
 
 from __future__ import annotations
@@ -34,12 +37,9 @@ from typing import Any
 
 from tfdist import atomic
 from tfdist.config import Config, to_flat_dict
-from tfdist.runtime import keras, tf
 
 log = logging.getLogger(__name__)
 
-#: Strategies tf_keras ``BackupAndRestore`` accepts; the others get a plain checkpoint.
-BACKUP_AND_RESTORE_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 
 
 #: Params that change neither a run's result nor where it is tracked.
@@ -107,86 +107,16 @@ class RunBackup:
             self.folder.parent.rmdir()
 
 
+def backups_of(root: Path, name: str) -> list[RunBackup]:
+    """Every backup of run ``name``, whatever its key."""
+    return [RunBackup(folder).load() for folder in sorted((root / name).glob("*")) if folder.is_dir()]
+
+
 def open_backup(root: Path, name: str, key: str) -> tuple[RunBackup, list[RunBackup]]:
     """The backup of run ``name`` with ``key``, and the stale backups of the same name (other keys)."""
-    current = RunBackup(root / name / key).load()
-    stale = [RunBackup(folder).load() for folder in sorted((root / name).glob("*"))
-             if folder.is_dir() and folder.name != key]
-    return current, stale
-
-
-def resume_callbacks(backup: RunBackup, strategy: str, model: Any, record: bool) -> tuple[list[Any], int]:
-    """Callbacks that back the run up every epoch, and the epoch ``fit`` starts from.
-
-    Args:
-        backup: where to back up.
-        strategy: the strategy name (decides the backup mechanism).
-        model: the compiled model (for the plain checkpoint).
-        record: whether this process writes ``state.json`` (the chief).
-
-    Returns:
-        The callbacks to pass to ``fit`` *last* (after the ones that complete an
-        epoch's logs), and ``initial_epoch`` for ``fit``.
-    """
-    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder)]
-    if record:
-        callbacks.append(_HistoryRecorder(backup))
-    keras_dir = backup.folder / "keras"
-    if strategy in BACKUP_AND_RESTORE_STRATEGIES:
-        callbacks.append(keras.callbacks.BackupAndRestore(str(keras_dir), save_freq="epoch", delete_checkpoint=False))
-        return callbacks, 0
-    checkpoint = _EpochCheckpoint(model, keras_dir)
-    callbacks.append(checkpoint)
-    return callbacks, checkpoint.restore()
+    return RunBackup(root / name / key).load(), [b for b in backups_of(root, name) if b.folder.name != key]
 
 
 def restored_history(backup: RunBackup, first_new_epoch: int) -> list[dict[str, float]]:
     """The backed-up rows of the epochs before ``first_new_epoch`` (1-based)."""
     return [row for row in backup.history if row["epoch"] < first_new_epoch]
-
-
-class _ResumeAnnouncer(keras.callbacks.Callback):
-    """Says once, at the first epoch, whether and from where the run resumes."""
-
-    def __init__(self, folder: Path):
-        super().__init__()
-        self.folder = folder
-        self.first_epoch: int | None = None
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        if self.first_epoch is None:
-            self.first_epoch = epoch
-            if epoch:
-                log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
-                         self.folder, epoch, epoch + 1)
-
-
-class _HistoryRecorder(keras.callbacks.Callback):
-    """Writes each epoch's logs to ``state.json`` before the model backup of that epoch."""
-
-    def __init__(self, backup: RunBackup):
-        super().__init__()
-        self.backup = backup
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.backup.record_epoch({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
-
-
-class _EpochCheckpoint(keras.callbacks.Callback):
-    """Model, optimizer and epoch in a ``tf.train.Checkpoint``, for strategies BackupAndRestore refuses."""
-
-    def __init__(self, model: Any, folder: Path):
-        super().__init__()
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=self.epoch)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(folder), max_to_keep=1)
-
-    def restore(self) -> int:
-        """Restore the latest checkpoint if there is one; return the epochs it had finished."""
-        if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-        return int(self.epoch.numpy())
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.epoch.assign(epoch + 1)
-        self.manager.save()

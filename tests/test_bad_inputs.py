@@ -114,6 +114,8 @@ CASES = [
     ("source path missing", preprocess, set_("data.source=no/such/mnist.npz"), None, "data.source"),
     ("IDX bad magic", preprocess, set_("data.source=mnist-idx"), idx_folder_with_bad_magic, "bad IDX magic number"),
     ("evaluate without model", evaluate, ["--name", "never-trained"], None, "never-trained"),
+    ("register without logging", train, TRAIN + set_("mlflow.register_models=true", "mlflow.log_models=false"), None,
+     "mlflow.register_models needs mlflow.log_models: true"),
     ("tracking store unwritable", train, TRAIN + set_("mlflow.tracking_uri=sqlite:///params.yaml/mlflow.db"), None,
      "mlflow.tracking_uri sqlite:///params.yaml/mlflow.db: cannot create params.yaml"),
 ]

@@ -63,3 +63,38 @@ def test_unusable_store_fails_before_training(tmp_path):
     blocker.write_text("")
     with pytest.raises(InputError, match="mlflow.tracking_uri sqlite:///.*: cannot create"):
         tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{blocker}/sub/mlflow.db"))
+
+
+def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(tmp_path, store):
+    from tfdist.config import ModelConfig
+    from tfdist.models import build_seed_model
+
+    example = __import__("numpy").zeros((2, 784), dtype="float32")
+    versions = []
+    for strategy in ("default", "mirrored"):
+        with tracking.start_run(strategy, {}, {}):
+            model = build_seed_model(ModelConfig(hidden_units=[8]))
+            versions.append(tracking.save_model(model, tmp_path / strategy, example, log_to_run=True,
+                                                register_as="digits", version_tags={"strategy": strategy}))
+    assert versions == ["1", "2"]
+    client = mlflow.MlflowClient()
+    assert [client.get_model_version("digits", v).tags["strategy"] for v in versions] == ["default", "mirrored"]
+    assert mlflow.pyfunc.load_model("models:/digits/2").predict(example).shape == (2, 10)
+
+
+def test_a_new_experiment_opens_on_its_training_runs(store):
+    config = MlflowConfig(tracking_uri=f"sqlite:///{store}/mlflow.db", experiment="fresh")
+    experiment = mlflow.get_experiment(tracking.configure(config))
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "tfdist.execution" in experiment.tags["mlflow.note.content"]
+
+
+def test_execution_id_is_the_dvc_experiment_or_commit_and_params(monkeypatch):
+    from tfdist.config import Config, TrainConfig
+
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    first, again = tracking.execution_id(Config()), tracking.execution_id(Config())
+    other = tracking.execution_id(Config(train=TrainConfig(epochs=3)))
+    assert first == again and first != other and first.split("-")[0] == other.split("-")[0]
+    monkeypatch.setenv("DVC_EXP_NAME", "bf16-3ep")
+    assert tracking.execution_id(Config()) == "bf16-3ep"

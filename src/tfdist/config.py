@@ -21,6 +21,7 @@ DISTRIBUTED_STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_wo
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+MIXED_PRECISIONS = PRECISIONS[1:]
 CLIP_METHODS = ("none", "global_norm", "norm", "value")
 DATA_SOURCES = ("auto", "keras", "sample")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
@@ -172,11 +173,20 @@ class MlflowConfig:
         tracking_uri: MLflow backend store; the default keeps everything in ``mlruns/``.
         experiment: experiment that groups this pipeline's runs.
         log_models: log each trained model to its run (costs a few seconds).
+        register_models: also register each logged model as a version of
+            ``registered_model`` in the Model Registry, tagged with its strategy.
+        registered_model: the registered model's name (one name, a version per run).
     """
 
     tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db")
     experiment: str = _knob("tfdist-mnist")
     log_models: bool = _knob(True)
+    register_models: bool = _knob(False)
+    registered_model: str = _knob("tfdist-mnist-classifier")
+
+    def __post_init__(self) -> None:
+        if self.register_models and not self.log_models:
+            raise ConfigError("mlflow.register_models needs mlflow.log_models: true (only a logged model can be registered)")
 
 
 @dataclass(frozen=True)

@@ -138,16 +138,28 @@ def load_split(prepared_dir: Path, name: str) -> Digits:
 
 def summarize(data: PreparedData) -> dict[str, Any]:
     """What ``reports/data.json`` records: source, counts per split and class, digest."""
-    digest = hashlib.sha256()
-    counts = {}
-    for name, split in data.splits().items():
-        digest.update(np.ascontiguousarray(split.x).tobytes())
-        digest.update(np.ascontiguousarray(split.y).tobytes())
-        counts[name] = {
+    counts = {
+        name: {
             "total": len(split),
             "per_class": {str(c): int(n) for c, n in enumerate(np.bincount(split.y, minlength=CLASSES))},
         }
-    return {"source": data.source, "splits": counts, "sha256": digest.hexdigest()}
+        for name, split in data.splits().items()
+    }
+    return {"source": data.source, "splits": counts, "sha256": digest(data.splits())}
+
+
+def digest(splits: dict[str, Digits]) -> str:
+    """SHA-256 of the splits' pixels and labels, in ``SPLITS`` order: names the prepared data."""
+    sha = hashlib.sha256()
+    for name in SPLITS:
+        sha.update(np.ascontiguousarray(splits[name].x).tobytes())
+        sha.update(np.ascontiguousarray(splits[name].y.astype(np.int64)).tobytes())
+    return sha.hexdigest()
+
+
+def prepared_digest(prepared_dir: Path) -> str:
+    """The digest of the prepared data on disk: equal to ``sha256`` in ``reports/data.json``."""
+    return digest({name: load_split(prepared_dir, name) for name in SPLITS})
 
 
 def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: int) -> Any:

@@ -43,7 +43,10 @@ log = logging.getLogger(__name__)
 
 
 #: Params that change neither a run's result nor where it is tracked.
-_NOT_IN_KEY = ("distributed.strategies", "distributed.max_restarts", "mlflow.log_models")
+_NOT_IN_KEY = (
+    "distributed.strategies", "distributed.max_restarts", "mlflow.log_models", "mlflow.register_models",
+    "mlflow.registered_model",
+)
 
 
 def run_key(config: Config, strategy: str, data_files: Iterable[Path]) -> str:

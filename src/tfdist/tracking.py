@@ -7,6 +7,8 @@ so stages import this module only when they log).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -19,7 +21,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 from mlflow.utils.git_utils import get_git_commit
 
-from tfdist.config import MlflowConfig
+from tfdist.config import Config, MlflowConfig, to_flat_dict
 from tfdist.errors import InputError
 from tfdist.runtime import keras, tf
 
@@ -28,6 +30,17 @@ log = logging.getLogger(__name__)
 # What a run is traced back to: the DVC stage that ran it and the experiment.
 _DVC_ENV_TAGS = {"DVC_STAGE": "dvc.stage", "DVC_EXP_NAME": "dvc.experiment"}
 _PARAM_VALUE_LIMIT = 6000
+#: Groups the runs of one pipeline execution; filter in the UI with tags.`tfdist.execution` = '<id>'.
+EXECUTION_TAG = "tfdist.execution"
+# The UI opens an experiment of this kind on its training runs (not the GenAI overview).
+_EXPERIMENT_KIND = "mlflow.experimentKind"
+_EXPERIMENT_NOTE = (
+    "Runs of the tfdist pipeline: one per training stage and one compare run per execution. "
+    "Filter one execution with tags.`tfdist.execution` = '<id>' (the DVC experiment name, or commit-paramshash); "
+    "the compare run's description links every run it compared."
+)
+#: MLflow's own dataset digests are short; the full SHA-256 goes in the input's tags.
+_DATASET_DIGEST_CHARS = 16
 
 
 def configure(config: MlflowConfig) -> str:
@@ -57,6 +70,10 @@ def configure(config: MlflowConfig) -> str:
     with lock:
         try:
             experiment = mlflow.set_experiment(config.experiment)
+            if _EXPERIMENT_KIND not in experiment.tags:
+                client = mlflow.MlflowClient()
+                client.set_experiment_tag(experiment.experiment_id, _EXPERIMENT_KIND, "custom_model_development")
+                client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", _EXPERIMENT_NOTE)
         except MlflowException as err:
             raise InputError(f"mlflow.tracking_uri {uri}: cannot use the tracking store ({err.message})") from None
     return experiment.experiment_id
@@ -122,6 +139,35 @@ def context_tags() -> dict[str, str]:
     if commit:
         tags["git.commit"] = commit
     return tags
+
+
+def execution_id(config: Config) -> str:
+    """Names one pipeline execution, the same in every stage of it without shared state.
+
+    ``dvc exp run`` names its experiment in ``DVC_EXP_NAME``; otherwise the git
+    commit and a hash of the params identify what ran (a rerun of the same
+    commit and params is the same execution, as far as the results go).
+    """
+    experiment = os.environ.get("DVC_EXP_NAME")
+    if experiment:
+        return experiment
+    params = json.dumps(to_flat_dict(config), sort_keys=True, default=str)
+    commit = get_git_commit(os.getcwd())
+    return f"{commit[:8] if commit else 'uncommitted'}-{hashlib.sha256(params.encode()).hexdigest()[:8]}"
+
+
+def log_dataset(features: Any, targets: Any, name: str, sha256: str, source: str, context: str) -> None:
+    """Log data as a dataset input of the active run, under the digest its report gives."""
+    import warnings
+
+    import mlflow.data
+
+    with warnings.catch_warnings():  # MLflow registers the local source class twice, then warns that it is ambiguous
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
+        dataset = mlflow.data.from_numpy(
+            features, targets=targets, source=source, name=name, digest=sha256[:_DATASET_DIGEST_CHARS]
+        )
+    mlflow.log_input(dataset, context=context, tags={"sha256": sha256})
 
 
 @contextlib.contextmanager
@@ -212,16 +258,29 @@ def _model_kwargs(model: keras.Model, example: Any) -> dict[str, Any]:
     }
 
 
-def save_model(model: keras.Model, path: Path, example: Any, log_to_run: bool) -> None:
+def save_model(
+    model: keras.Model, path: Path, example: Any, log_to_run: bool, register_as: str | None = None,
+    version_tags: Mapping[str, str] | None = None,
+) -> str | None:
     """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc).
 
     With ``log_to_run`` it is also logged to the active run as ``model``; the
-    signature (one prediction) is computed once for both.
+    signature (one prediction) is computed once for both. With ``register_as``
+    the logged model becomes a new version of that registered model, tagged
+    with ``version_tags``; the version is returned.
     """
     kwargs = _model_kwargs(model, example)
     mlflow.tensorflow.save_model(model, str(path), **kwargs)
-    if log_to_run:
-        mlflow.tensorflow.log_model(model, name="model", **kwargs)
+    if not log_to_run:
+        return None
+    info = mlflow.tensorflow.log_model(model, name="model", registered_model_name=register_as, **kwargs)
+    version = info.registered_model_version
+    if register_as and version is not None:
+        client = mlflow.MlflowClient()
+        for key, value in (version_tags or {}).items():
+            client.set_model_version_tag(register_as, str(version), key, str(value))
+        log.info("registered the model as %s version %s", register_as, version)
+    return None if version is None else str(version)
 
 
 def load_model(path: Path) -> keras.Model:

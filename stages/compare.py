@@ -17,7 +17,7 @@ from tfdist.config import load_config
 @click.option("--eval-reports", type=click.Path(path_type=Path), default="reports/eval", show_default=True,
               help="Folder of eval reports.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default="reports/compare", show_default=True,
-              help="Folder for compare.json, compare.md and figures/.")
+              help="Folder for compare.json/.md/.html, metrics.json, curves.csv and figures/.")
 def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eval_reports: Path, out_dir: Path) -> None:
     """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
     with stage_errors():

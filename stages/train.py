@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import sys
 from pathlib import Path
 
@@ -51,16 +49,8 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
         if outputs is None:
             return  # another process of the cluster writes the outputs
         report, history = outputs
-        atomic.write_text(reports_dir / "history" / f"{name}.csv", _to_csv(history, history_columns(history)))
+        atomic.write_csv(reports_dir / "history" / f"{name}.csv", history, history_columns(history))
         atomic.write_json(reports_dir / f"{name}.json", report)
-
-
-def _to_csv(rows: list[dict], columns: tuple[str, ...]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 if __name__ == "__main__":

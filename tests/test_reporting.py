@@ -1,7 +1,11 @@
+import html
+import re
+
 import pytest
 
 from tfdist.errors import InputError
-from tfdist.reporting import build_comparison, plot_figures, render_markdown
+from tfdist.report_pages import plot_figures, render_html, render_markdown
+from tfdist.reporting import build_comparison, run_label
 
 
 def train_report(strategy, seconds, replicas=1, devices=("/cpu:0",)):
@@ -48,9 +52,8 @@ def test_markdown_and_figures(tmp_path):
         {"normal": {"accuracy": 0.95, "loss": 0.2}, "central_storage": {"accuracy": 0.951, "loss": 0.2}},
     )
     markdown = render_markdown(comparison)
-    row = ("| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 | 105 | 4.750 | 0.00 | 9.5 "
-           "| 1.05x | 0.9510 | +0.10 |")
-    assert row in markdown
+    assert "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 |" in markdown
+    assert "| central_storage | 105 | 4.750 | 0.00 | 9.5 | 1.05x | 0.9510 | +0.10 |" in markdown
     assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
@@ -87,4 +90,81 @@ def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
     assert row["speedup"] == pytest.approx(2.0) and row["wall_speedup"] == pytest.approx(0.75)
     assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
     assert "0.050 s vs 0.100 s per epoch at steady state" in comparison["verdict"]
-    assert "| 72,000 | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)
+    assert "| mirrored | 72,000 | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)
+
+
+def test_run_labels_say_what_differs():
+    assert run_label("mirrored", "mirrored", 2, 1, 0, "fit", "float32") == "mirrored ×2 · fit · float32"
+    assert run_label("normal", "default", 1, 1, 0, "custom", "mixed_bfloat16") == "normal · custom · mixed_bfloat16"
+    assert run_label("parameter_server", "parameter_server", 1, 2, 1, "fit", "float32", "global_norm") == (
+        "parameter_server 2w+1ps · fit · float32 · clip global_norm")
+    assert run_label("big", "mirrored", 4, 1, 0, "fit", "float32") == "big (mirrored ×4) · fit · float32"
+
+
+def scaled_runs(mirrored_sps, accuracy=0.95):
+    """normal: 25 examples per 25 ms step; mirrored: 2 replicas; parameter_server: 2 workers at 500 samples/s."""
+    normal = {**train_report("default", 10.0), "steady_samples_per_second": 1000.0,
+              "precision_support": {"mixed_bfloat16": {"can_be_faster": True, "reason": "the CPU has avx512_bf16"},
+                                    "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}}}
+    mirrored = {**train_report("mirrored", 10.0, 2, ["/cpu:0", "/cpu:1"]), "steady_samples_per_second": mirrored_sps,
+                "steady_epoch_seconds": 5 * 1000 / mirrored_sps}
+    ps = {**train_report("parameter_server", 30.0, 1, ["/job:worker/task:0"]), "workers": 2, "ps": 1,
+          "synchronous": False, "steady_samples_per_second": 500.0, "steady_epoch_seconds": 10.0}
+    normal["steady_epoch_seconds"] = 5.0
+    return build_comparison(
+        {"normal": normal, "mirrored": mirrored, "parameter_server": ps},
+        {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": accuracy, "loss": 0.2},
+         "parameter_server": {"accuracy": 0.95, "loss": 0.2}},
+    )
+
+
+def test_scaling_projects_the_measured_step_cost_onto_a_device_per_replica():
+    projections = {p["name"]: p for p in scaled_runs(mirrored_sps=800.0)["scaling"]}
+    mirrored, ps = projections["mirrored"], projections["parameter_server"]
+    # mirrored: a 2 x 25 batch in 62.5 ms against normal's 25 in 25 ms -> 0.4 of normal speed per device
+    assert mirrored["step_ms"] == pytest.approx(62.5) and mirrored["normal_step_ms"] == pytest.approx(25.0)
+    assert mirrored["break_even_units"] == pytest.approx(2.5) and mirrored["unit"] == "devices"
+    assert mirrored["projected_speedup"]["8"] == pytest.approx(3.2)
+    # parameter_server: each of 2 workers takes 100 ms per 25-example step
+    assert ps["step_ms"] == pytest.approx(100.0) and ps["break_even_units"] == pytest.approx(4.0)
+    assert ps["unit"] == "workers" and ps["projected_speedup"]["4"] == pytest.approx(1.0)
+
+
+def test_advice_says_to_train_without_distribution_when_nothing_is_faster():
+    advice = scaled_runs(mirrored_sps=800.0)["advice"]
+    assert advice["use"].startswith("Train without distribution on this machine")
+    assert "the closest, mirrored, ran at 0.80x" in advice["use"]
+    assert "the least costly, mirrored, would need 2.5 devices to match normal training" in advice["scale"]
+    assert "3.2x as fast with 8" in advice["scale"]
+    assert advice["precision"].startswith("mixed_bfloat16 can pay off here (the CPU has avx512_bf16)")
+    assert "dvc exp run -S train.precision=mixed_bfloat16" in advice["precision"]
+
+
+def test_advice_names_a_faster_strategy_and_its_accuracy_cost():
+    advice = scaled_runs(mirrored_sps=3000.0, accuracy=0.92)["advice"]
+    assert advice["use"].startswith("Use mirrored: it trained 3.00x as fast as normal training")
+    assert "test accuracy -3.0 points" in advice["use"] and "train.lr_scaling: linear" in advice["use"]
+
+
+def test_precision_advice_without_fast_hardware_says_where_it_pays():
+    runs = {"normal": {**train_report("default", 10.0), "precision": "mixed_float16", "precision_support": {
+        "mixed_bfloat16": {"can_be_faster": False, "reason": "no AVX512-BF16"},
+        "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}}}}
+    text = build_comparison(runs, {"normal": {"accuracy": 0.9, "loss": 0.3}})["advice"]["precision"]
+    assert text.startswith("These runs used mixed_float16, which no unit here computes faster than float32")
+    assert "Mixed precision would not pay off on this machine: no GPU; no AVX512-BF16." in text
+
+
+def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):
+    comparison = scaled_runs(mirrored_sps=800.0)
+    plot_figures(comparison, {name: history() for name in comparison["runs"]}, tmp_path / "figures")
+    page = render_html(comparison, tmp_path)
+    markdown = render_markdown(comparison)
+    assert page.startswith("<!DOCTYPE html>") and page.count('<img src="data:image/png;base64,') == 3
+    references = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
+    assert len(references) == 3 and all(ref.startswith("data:image/png;base64,") for ref in references)
+    assert "@import" not in page and "url(" not in page
+    for heading in re.findall(r"^##? (.+)$", markdown, re.M):
+        assert f">{html.escape(heading)}</h" in page
+    assert "<td>mirrored</td>" in page and "Train without distribution" in page
+    assert "<strong>Here:</strong>" in page and "<code>dvc exp run -S train.precision=mixed_bfloat16" in page

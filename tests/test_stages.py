@@ -104,7 +104,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
     compare_runs = mlflow.search_runs(filter_string="tags.stage = 'compare'", output_format="list")
-    assert len(compare_runs) == 1 and report["mlflow_run_id"] in compare_runs[0].data.tags["compared_run_ids"]
+    assert len(compare_runs) == 1 and compare_runs[0].data.tags["compared.mirrored"] == report["mlflow_run_id"]
 
 
 def test_compare_names_a_missing_report(workdir):

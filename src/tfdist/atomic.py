@@ -8,6 +8,8 @@ in the same folder and renamed into place, which is atomic on POSIX.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
 import shutil
@@ -50,3 +52,12 @@ def write_text(target: Path | str, text: str) -> None:
 def write_json(target: Path | str, data: Any) -> None:
     """Write ``data`` as indented JSON atomically (key order kept: it is meaningful in reports)."""
     write_text(target, json.dumps(data, indent=2) + "\n")
+
+
+def write_csv(target: Path | str, rows: list[dict[str, Any]], columns: tuple[str, ...] | list[str]) -> None:
+    """Write ``rows`` as CSV with a header of ``columns`` atomically (other keys are left out)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(target, buffer.getvalue())

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfdist import atomic
-from tfdist.config import Config, to_flat_dict
-from tfdist.data import PreparedData, load_split, prepare, save_prepared, summarize
+from tfdist.config import MIXED_PRECISIONS, Config, to_flat_dict
+from tfdist.data import PreparedData, load_split, prepare, prepared_digest, save_prepared, summarize
 from tfdist.errors import InputError, Interrupted, RunError
-from tfdist.reporting import build_comparison, plot_figures, read_history, read_json, render_markdown
+from tfdist.reporting import build_comparison, read_history, read_json, run_label
 
 if TYPE_CHECKING:
     from tfdist.cluster import ClusterTask
@@ -206,7 +206,7 @@ def _train_task(
         return None
 
     from tfdist import tracking
-    from tfdist.precision import announce
+    from tfdist.precision import announce, hardware_support
 
     tracking.configure(config.mlflow)
     _retire(stale)
@@ -216,9 +216,17 @@ def _train_task(
         "strategy": info.name, "stage": "train", "model_name": name, "synchronous": str(info.synchronous),
         "loop": config.train.loop, "precision": config.train.precision,
         "precision.can_be_faster": str(support.can_be_faster), "precision.hardware": support.reason,
+        tracking.EXECUTION_TAG: tracking.execution_id(config),
     }
-    with tracking.start_run(name, params, tags, resume_run_id=backup.run_id) as run_id:
+    title = run_label(name, info.name, info.replicas, info.workers, info.ps, config.train.loop, config.train.precision,
+                      config.train.clip.method)
+    data_sha256 = prepared_digest(prepared_dir)
+    resumed_run_id = backup.run_id
+    with tracking.start_run(title, params, tags, resume_run_id=resumed_run_id) as run_id:
         backup.save(mlflow_run_id=run_id, name=name, strategy=strategy_name, key=key)
+        if run_id != resumed_run_id:  # a resumed run has its input already
+            tracking.log_dataset(train_split.x, train_split.y, "mnist", data_sha256, source=str(prepared_dir.resolve()),
+                                 context="training")
         try:
             result = train_model(config, strategy, info, train_split, val_split, [tracking.EpochMetricsLogger()], backup)
         except Diverged as err:
@@ -228,7 +236,12 @@ def _train_task(
         digest = weights_digest(model)
         log.info("%s: final weights sha256 %s", task.name if task else name, digest)
         with atomic.atomic_path(model_dir) as tmp:
-            tracking.save_model(model, tmp, train_split.x[:5], log_to_run=config.mlflow.log_models)
+            tracking.save_model(
+                model, tmp, train_split.x[:5], log_to_run=config.mlflow.log_models,
+                register_as=config.mlflow.registered_model if config.mlflow.register_models else None,
+                version_tags={"strategy": info.name, "run_name": name, "loop": config.train.loop,
+                              "precision": config.train.precision},
+            )
         summary = {
             "train_seconds": result.train_seconds,
             "samples_per_second": result.samples_per_second,
@@ -251,6 +264,11 @@ def _train_task(
         "loop": config.train.loop,
         "precision": config.train.precision,
         "precision_can_be_faster": support.can_be_faster,
+        "precision_support": {
+            p: {"can_be_faster": found.can_be_faster, "reason": found.reason}
+            for p, found in ((p, hardware_support(p)) for p in MIXED_PRECISIONS)
+        },
+        "run_label": title,
         "clip_method": config.train.clip.method,
         "clip_value": config.train.clip.value,
         "global_batch_size": result.global_batch_size,
@@ -321,8 +339,21 @@ def evaluate(config: Config, name: str, prepared_dir: Path, model_dir: Path, tra
     return {"name": name, **metrics}, test.y, predicted
 
 
+#: Per-epoch columns the compare stage gathers from every run for ``dvc plots``.
+CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
+#: What ``dvc exp show`` lists per run (reports/compare/metrics.json): the numbers a decision rests on.
+HEADLINE_METRICS = ("samples_per_second", "speedup", "test_accuracy")
+
+
 def compare(config: Config, names: list[str], train_dir: Path, eval_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """Compare runs ``names`` into ``out_dir`` (json, markdown, figures) and log a compare run."""
+    """Compare runs ``names`` into ``out_dir`` and log a compare run linking them.
+
+    Writes compare.json (everything), compare.md and compare.html (the same
+    report), figures/, metrics.json (the headline numbers, for ``dvc exp
+    show``) and curves.csv (every run's epochs, for ``dvc plots``).
+    """
+    from tfdist.report_pages import plot_figures, render_html, render_markdown
+
     train_reports = {n: read_json(train_dir / f"{n}.json") for n in names}
     eval_reports = {n: read_json(eval_dir / f"{n}.json") for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
@@ -330,19 +361,36 @@ def compare(config: Config, names: list[str], train_dir: Path, eval_dir: Path, o
     with atomic.atomic_path(out_dir) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", comparison)
+        atomic.write_json(tmp / "metrics.json", {
+            name: {key: round(row[key], 4) for key in HEADLINE_METRICS} for name, row in comparison["runs"].items()
+        })
+        curves = [{"run": name, **row, "epoch": int(row["epoch"])} for name in names for row in histories[name]]
+        atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS))
         atomic.write_text(tmp / "compare.md", render_markdown(comparison))
-        _track_comparison(config, comparison, [tmp / "compare.json", tmp / "compare.md"], figures)
+        atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
+        _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
     log.info("%s", comparison["verdict"])
     return comparison
 
 
 def _track_comparison(config: Config, comparison: dict, files: list[Path], figures: list[Path]) -> None:
+    """The compare run: its report, its figures, and a link to every run it compared (tags and description)."""
     from tfdist import tracking
 
-    tracking.configure(config.mlflow)
+    experiment_id = tracking.configure(config.mlflow)
     runs = comparison["runs"]
     params = {"compared": ",".join(runs), "cpu_count": comparison["cpu_count"]}
-    tags = {"stage": "compare", "compared_run_ids": ",".join(r["mlflow_run_id"] or "" for r in runs.values())}
+    links = [
+        f"- [{row['run_label']}](#/experiments/{experiment_id}/runs/{row['mlflow_run_id']}): "
+        f"{row['speedup']:.2f}x, test accuracy {row['test_accuracy']:.4f}"
+        for row in runs.values() if row["mlflow_run_id"]
+    ]
+    tags = {
+        "stage": "compare",
+        tracking.EXECUTION_TAG: tracking.execution_id(config),
+        **{f"compared.{name}": row["mlflow_run_id"] for name, row in runs.items() if row["mlflow_run_id"]},
+        "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
+    }
     with tracking.start_run("compare", params, tags):
         tracking.log_metrics({
             f"{name}.{key}": row[key]

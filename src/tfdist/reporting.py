@@ -1,7 +1,8 @@
-"""The comparison: one table of every run, a verdict computed from it, figures.
+"""The comparison's numbers and words: every run side by side, the verdict, the advice.
 
 Reads the train and eval reports the earlier stages wrote, so it needs
-neither TensorFlow nor MLflow.
+neither TensorFlow nor MLflow. :mod:`tfdist.report_pages` lays it out as
+markdown, HTML and figures.
 """
 
 from __future__ import annotations
@@ -12,31 +13,28 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfdist import atomic
+from tfdist.config import MIXED_PRECISIONS
 from tfdist.errors import InputError
 
 NORMAL = "normal"
 # Below this ratio either way, a speed difference is within run-to-run noise.
 _NOISE = 0.10
+# Test accuracy lost (points) past which the advice says so.
+_ACCURACY_LOSS_POINTS = 1.0
+#: Device counts the scaling advice projects to.
+PROJECTED_DEVICES = (4, 8)
 
-COLUMNS = (
-    ("name", "run"),
-    ("strategy", "strategy"),
-    ("loop", "loop"),
-    ("precision", "precision"),
-    ("synchronous", "sync"),
-    ("replicas", "replicas"),
-    ("processes", "workers + ps"),
-    ("global_batch_size", "global batch"),
-    ("learning_rate", "learning rate"),
-    ("samples_per_second", "samples/s"),
-    ("steady_epoch_seconds", "s/epoch"),
-    ("first_epoch_overhead_seconds", "1st-epoch overhead (s)"),
-    ("train_seconds", "train time (s)"),
-    ("speedup", "speed-up vs normal"),
-    ("test_accuracy", "test accuracy"),
-    ("accuracy_delta_points", "Δ accuracy (points)"),
-)
+
+def run_label(name: str, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
+              clip: str = "none") -> str:
+    """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
+
+    The scale is the replicas in sync, or workers and parameter servers; the
+    strategy is named apart only when the run's name is not the strategy's.
+    """
+    scale = f" {workers}w+{ps}ps" if ps else (f" ×{replicas}" if replicas > 1 else "")
+    head = f"{name}{scale}" if name in (strategy, NORMAL) else f"{name} ({strategy}{scale})"
+    return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else [])])
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -102,8 +100,17 @@ def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dic
             "test_loss": result["loss"],
             "accuracy_delta_points": 100 * (result["accuracy"] - base_accuracy),
             "mlflow_run_id": report.get("mlflow_run_id"),
+            "run_label": report.get("run_label", name),
         })
-    return {"verdict": verdict(rows), "cpu_count": os.cpu_count(), "runs": {row["name"]: row for row in rows}}
+    support = base.get("precision_support", {})
+    return {
+        "verdict": verdict(rows),
+        "advice": advice(rows, support),
+        "scaling": scaling(rows),
+        "precision_support": support,
+        "cpu_count": os.cpu_count(),
+        "runs": {row["name"]: row for row in rows},
+    }
 
 
 def _steady(report: dict[str, Any]) -> float:
@@ -155,130 +162,97 @@ def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:
     return "It ran one replica, so it could only add overhead."
 
 
-def render_markdown(comparison: dict[str, Any]) -> str:
-    """The comparison as GitHub-flavoured markdown, figures linked relatively."""
-    header = "| " + " | ".join(title for _, title in COLUMNS) + " |"
-    lines = [
-        "# Normal vs distributed training",
-        "",
-        comparison["verdict"],
-        "",
-        header,
-        "|" + "|".join("---" if key in ("name", "strategy", "loop", "precision") else "---:" for key, _ in COLUMNS) + "|",
-    ]
-    for row in comparison["runs"].values():
-        lines.append("| " + " | ".join(_cell(key, row[key]) for key, _ in COLUMNS) + " |")
-    lines += [
-        "",
-        "Samples/s and s/epoch are steady state: training examples per second, and the median training time",
-        "of the epochs after the first. The first epoch also traces the step functions (and connects a cluster):",
-        "its overhead is shown apart. Speed-up is normal s/epoch divided by the run's. Train time is the wall",
-        "time of Keras `fit` (all epochs, validation, tracing, per-epoch backups).",
-        "Test accuracy is on the held-out test split; Δ accuracy is against normal training.",
-        "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync);",
-        "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to).",
-        *_asynchronous_note(comparison["runs"].values()),
-        *_precision_note(comparison["runs"].values()),
-        "",
-        "![throughput](figures/throughput.png)",
-        "![accuracy vs time](figures/accuracy_vs_time.png)",
-        "![loss curves](figures/loss_curves.png)",
-        "",
-    ]
-    return "\n".join(lines)
 
 
-def _asynchronous_note(rows: Any) -> list[str]:
-    names = [row["name"] for row in rows if not row["synchronous"]]
-    if not names:
-        return []
-    return [
-        "",
-        f"**Asynchronous:** {', '.join(names)} trained with parameter servers: each worker runs whole steps on its own",
-        "and applies its updates to the variables on the ps without waiting for the other workers, so workers can",
-        "compute on slightly stale weights. Its global batch is one worker's step (replicas per worker × batch size);",
-        "an epoch is still one pass over the training data, shared by the workers. The other runs are synchronous:",
-        "all replicas combine their gradients before every update.",
-    ]
+def scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each distributed run's measured step cost means with a device per replica.
+
+    A *unit* is what would get hardware of its own: a replica in sync, or a
+    worker of an asynchronous run. Its step (per-replica batch, coordination
+    included) is ``units x per-replica batch / samples/s``. With N units on
+    separate devices each as fast as this machine was for normal training,
+    and the per-step coordination as measured, training would run at
+    ``N x normal step / unit step`` of normal speed. On shared cores the
+    measured step also holds the other replicas' compute, so this errs low.
+    """
+    normal = rows[0]
+    normal_step = normal["global_batch_size"] / normal["replicas"] / normal["samples_per_second"]
+    projections = []
+    for row in rows[1:]:
+        units = row["replicas"] if row["synchronous"] else row["workers"]
+        step = units * row["global_batch_size"] / row["replicas"] / row["samples_per_second"]
+        per_unit = normal_step / step
+        projections.append({
+            "name": row["name"],
+            "unit": "workers" if row["workers"] > 1 else "devices",
+            "units": units,
+            "step_ms": 1000 * step,
+            "normal_step_ms": 1000 * normal_step,
+            "break_even_units": 1 / per_unit,
+            "projected_speedup": {str(n): n * per_unit for n in PROJECTED_DEVICES},
+        })
+    return projections
 
 
-def _precision_note(rows: Any) -> list[str]:
-    slow = sorted({row["precision"] for row in rows if not row["precision_can_be_faster"]})
-    if not slow:
-        return []
-    return [
-        "",
-        f"**Precision:** this machine has no hardware that computes {', '.join(slow)} faster than float32 "
-        "(see the run's `precision.hardware` tag in MLflow), so those runs show its cost, not a speed-up.",
-    ]
+def advice(rows: list[dict[str, Any]], support: dict[str, dict]) -> dict[str, str]:
+    """Three answers, from the numbers and the hardware: what to use here, with more devices, and precision."""
+    return {"use": _use_advice(rows), "scale": _scale_advice(rows), "precision": _precision_advice(rows, support)}
 
 
-def _cell(key: str, value: Any) -> str:
-    if key == "train_seconds":
-        return f"{value:.1f}"
-    if key == "steady_epoch_seconds":
-        return f"{value:.3f}"
-    if key == "first_epoch_overhead_seconds":
-        return f"{value:.2f}"
-    if key == "samples_per_second":
-        return f"{value:,.0f}"
-    if key == "speedup":
-        return f"{value:.2f}x"
-    if key == "test_accuracy":
-        return f"{value:.4f}"
-    if key == "accuracy_delta_points":
-        return f"{value:+.2f}"
-    if key == "synchronous":
-        return "sync" if value else "async"
-    if key == "learning_rate":
-        return f"{value:g}"
-    return str(value)
+def _use_advice(rows: list[dict[str, Any]]) -> str:
+    others = rows[1:]
+    if not others:
+        return "Train without distribution: it is the only run. List strategies under distributed.strategies to compare."
+    best = max(others, key=lambda r: r["speedup"])
+    if best["speedup"] < 1 + _NOISE:
+        return (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
+                f"the closest, {best['name']}, ran at {best['speedup']:.2f}x. Distribution spends time coordinating "
+                f"replicas that, here, share {os.cpu_count()} CPU cores instead of adding compute.")
+    text = (f"Use {best['name']}: it trained {best['speedup']:.2f}x as fast as normal training at steady state, "
+            f"with test accuracy {best['accuracy_delta_points']:+.1f} points.")
+    if best["accuracy_delta_points"] < -_ACCURACY_LOSS_POINTS:
+        text += (f" The accuracy it lost comes with its {best['global_batch_size']}-example global batch: try "
+                 "`train.lr_scaling: linear` with `train.warmup_epochs: 1`, or more epochs.")
+    return text
 
 
-def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
-    """Throughput bars, accuracy against time, and loss curves overlaid; returns the PNGs."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on servers and CI
-    import matplotlib.pyplot as plt
-
-    rows = list(comparison["runs"].values())
-    names = [r["name"] for r in rows]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(names, [r["samples_per_second"] for r in rows], color="tab:blue")
-    left.set(title="Training throughput", ylabel="samples / s")
-    right.bar(names, [r["train_seconds"] for r in rows], color="tab:orange")
-    right.set(title="Train time (fit wall time)", ylabel="seconds")
-    for axis in (left, right):
-        axis.tick_params(axis="x", rotation=30)
-    paths.append(_save(plt, fig, out_dir / "throughput.png"))
-
-    fig, axis = plt.subplots(figsize=(6, 4))
-    for row in rows:
-        axis.scatter(row["train_seconds"], row["test_accuracy"])
-        axis.annotate(row["name"], (row["train_seconds"], row["test_accuracy"]), textcoords="offset points", xytext=(5, 5))
-    axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
-    paths.append(_save(plt, fig, out_dir / "accuracy_vs_time.png"))
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for name in names:
-        epochs = [h["epoch"] for h in histories[name]]
-        left.plot(epochs, [h["loss"] for h in histories[name]], marker="o", label=name)
-        if all("val_loss" in h for h in histories[name]):
-            right.plot(epochs, [h["val_loss"] for h in histories[name]], marker="o", label=name)
-    left.set(title="Training loss", xlabel="epoch", ylabel="loss")
-    right.set(title="Validation loss", xlabel="epoch")
-    left.legend()
-    paths.append(_save(plt, fig, out_dir / "loss_curves.png"))
-    return paths
+def _scale_advice(rows: list[dict[str, Any]]) -> str:
+    projections = scaling(rows)
+    if not projections:
+        return "No distributed run was measured, so there is nothing to project."
+    best = min(projections, key=lambda p: p["break_even_units"])
+    n = str(PROJECTED_DEVICES[-1])
+    return (f"Each strategy's step cost is measured against normal training's {best['normal_step_ms']:.2f} ms per "
+            f"step. With a device (or machine) per replica, as fast as this one, the least costly, {best['name']}, "
+            f"would need {best['break_even_units']:.1f} {best['unit']} to match normal training and would run "
+            f"{best['projected_speedup'][n]:.1f}x as fast with {n}. The table below projects every strategy; it "
+            "assumes the per-step coordination stays as measured (true of ring all-reduce, whose traffic per device "
+            "barely grows with the device count) and errs low where replicas shared cores here.")
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-    return path
+def _precision_advice(rows: list[dict[str, Any]], support: dict[str, dict]) -> str:
+    used = sorted({row["precision"] for row in rows})
+    per_replica_batch = rows[0]["global_batch_size"] // rows[0]["replicas"]
+    # bfloat16 first: it needs no loss scaling, so it works under every strategy.
+    faster = sorted((p for p in MIXED_PRECISIONS if support.get(p, {}).get("can_be_faster")), key=lambda p: p != "mixed_bfloat16")
+    text = ""
+    slow_used = [name for name in used if name != "float32" and name not in faster and name in support]
+    if slow_used:
+        text = (f"These runs used {', '.join(slow_used)}, which no unit here computes faster than float32: "
+                "switch back to float32, it only costs here. ")
+    if faster:
+        choice = faster[0]
+        return text + (
+            f"{choice} can pay off here ({support[choice]['reason']}) once matrix multiplies dominate a step: a "
+            f"per-replica batch well above {per_replica_batch}, or wider layers. At small batches a step is mostly "
+            "per-op overhead and the casts cost about what they save. Measure it side by side: "
+            f"`dvc exp run -S train.precision={choice} -S train.batch_size=256`, then `dvc exp show`."
+            + ("" if choice != "mixed_float16" else
+               " mixed_float16 needs loss scaling, which central_storage and parameter_server do not support.")
+        )
+    if not support:
+        return text + "The train report does not say what this machine's hardware supports; rerun the train stages."
+    reasons = "; ".join(support[name]["reason"] for name in MIXED_PRECISIONS if name in support)
+    return text + (f"Mixed precision would not pay off on this machine: {reasons}. It pays on GPUs with tensor cores "
+                   "(float16 from compute capability 7.0, bfloat16 from 8.0), on TPUs, and on CPUs with AVX512-BF16 "
+                   "or AMX.")

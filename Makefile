@@ -1,11 +1,12 @@
 # tfdist — `make help` lists the targets. Everything runs inside .venv, created on first use.
 VENV ?= .venv
 PYTHON ?= python3
+PORT ?= 5000
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install repro test test-fast lint ui clean
+.PHONY: help install repro test test-fast lint ui experiments plots clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,9 +31,17 @@ test-fast: install ## Run the tests but the slow end-to-end ones
 lint: install ## Check style with ruff
 	ruff check src stages tests benchmarks
 
-ui: install ## Open the MLflow UI on the project's store at http://127.0.0.1:5000
-	@echo "MLflow UI: http://127.0.0.1:5000 (Ctrl-C to stop)"
-	mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db --host 127.0.0.1 --port 5000
+ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
+	python -m stages.ui --port $(PORT)
+
+# Columns of dvc exp show that do not decide a result (dependency hashes, store, threads, timeouts).
+EXP_HIDDEN := .*/.*|mlflow\..*|runtime\..*|data\.download_timeout|distributed\.max_restarts|Created
+
+experiments: install ## List experiments: the params and headline metrics that matter (dvc exp show, trimmed)
+	dvc exp show --drop '$(EXP_HIDDEN)' --precision 4
+
+plots: install ## Render every run's curves, confusion matrices and compare figures (dvc plots show)
+	dvc plots show
 
 clean: ## Remove pipeline outputs and the MLflow store (keeps .venv)
 	rm -rf data/prepared models reports/train reports/eval reports/compare reports/data.json mlruns dvc.lock

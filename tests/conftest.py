@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +41,36 @@ def train_stage_command(workdir: Path, strategy: str, name: str | None = None, *
         "--reports", str(workdir / "reports"), "--backups", str(workdir / "backups"),
         *(arg for item in sets for arg in ("--set", item)),
     ]
+
+
+def copy_project(root: Path, **sections: dict) -> Path:
+    """The repo's tracked files copied into ``root`` as a fresh git repo with one commit, params updated.
+
+    What a user gets from ``git clone``: no dvc.lock, no reports, no store.
+    ``sections`` update params.yaml (e.g. ``train={"epochs": 2}``).
+    """
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (REPO / name).is_file() and not name.startswith(("reports/", "dvc.lock")):
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    for key, value in sections.items():
+        params[key] = {**params[key], **value} if isinstance(value, dict) else value
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    git = ["git", "-c", "user.name=tfdist tests", "-c", "user.email=tests@tfdist.invalid"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy of the repo"]):
+        subprocess.run([*git, *command], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def run_in_project(command: list[str], cwd: Path, timeout: float = 900) -> str:
+    """Run ``command`` in a project copy with this venv first on PATH; fail the test with its output if it fails."""
+    env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
 
 
 def local_mode_environment() -> dict[str, str]:

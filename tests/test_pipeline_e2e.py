@@ -1,51 +1,41 @@
-"""The whole pipeline as a user runs it: ``dvc repro`` in a copy of the repo."""
+"""The whole pipeline as a user runs it: ``dvc repro``, ``dvc exp run``, ``dvc plots`` in a copy of the repo."""
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import mlflow
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import copy_project, run_in_project
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
-
-
-def run(cmd, cwd):
-    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout + result.stderr
+LABELS = {
+    "normal": "normal · fit · float32",
+    "mirrored": "mirrored ×2 · fit · float32",
+    "central_storage": "central_storage ×2 · fit · float32",
+    "multi_worker_mirrored": "multi_worker_mirrored ×2 · fit · float32",
+    "parameter_server": "parameter_server 2w+1ps · fit · float32",
+}
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A copy of the repo's tracked files in a fresh git repo, with small params."""
-    root = tmp_path_factory.mktemp("project")
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split()
-    for name in files:
-        if (REPO / name).is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / name)
-    for stale in ("dvc.lock", "reports"):
-        shutil.rmtree(root / stale, ignore_errors=True) if (root / stale).is_dir() else (root / stale).unlink(missing_ok=True)
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["data"]["source"] = "sample"
-    params["train"]["epochs"] = 2
-    assert params["distributed"]["strategies"] == list(STRATEGIES), "the default compares every strategy"
-    (root / "params.yaml").write_text(yaml.safe_dump(params))
-    run(["git", "init", "-q"], root)
+    """A fresh clone of the repo, committed, on the offline sample with 2 epochs."""
+    root = copy_project(tmp_path_factory.mktemp("project"), data={"source": "sample"}, train={"epochs": 2})
+    assert yaml.safe_load((root / "params.yaml").read_text())["distributed"]["strategies"] == list(STRATEGIES), (
+        "the default compares every strategy")
     return root
 
 
+def runs_of(project, execution=None):
+    mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
+    runs = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list")
+    return [r for r in runs if execution is None or r.data.tags.get("tfdist.execution") == execution]
+
+
 def test_dvc_repro_runs_every_stage_then_is_a_no_op(project):
-    output = run(["dvc", "repro"], project)
+    output = run_in_project(["dvc", "repro"], project)
     for stage in ("preprocess", "train-normal", "evaluate-normal", "compare",
                   *(f"{kind}-distributed@{name}" for name in STRATEGIES for kind in ("train", "evaluate"))):
         assert f"Running stage '{stage}'" in output
@@ -58,25 +48,81 @@ def test_dvc_repro_runs_every_stage_then_is_a_no_op(project):
     assert comparison["runs"]["parameter_server"]["synchronous"] is False
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
     assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | 1 | 25 |" in markdown
-    assert "**Asynchronous:** parameter_server" in markdown
+    assert "**Asynchronous:** parameter_server" in markdown and "## Advice" in markdown
+    assert (project / "reports" / "compare" / "compare.html").read_text().count("data:image/png;base64,") == 3
+    assert "Data and pipelines are up to date." in run_in_project(["dvc", "repro"], project)
 
-    mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
-    runs = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list")
-    assert sorted(r.info.run_name for r in runs) == sorted(["compare", "normal", *STRATEGIES])
+
+def test_one_repro_is_one_execution_in_mlflow_with_named_runs_data_and_links(project):
+    runs = runs_of(project)
     assert all(r.info.status == "FINISHED" for r in runs)
+    executions = {r.data.tags["tfdist.execution"] for r in runs}
+    assert len(executions) == 1, f"one dvc repro must share one grouping tag, got {executions}"
+    train_runs = {r.data.tags["model_name"]: r for r in runs if r.data.tags["stage"] == "train"}
+    assert {name: r.info.run_name for name, r in train_runs.items()} == LABELS
     assert {r.data.tags.get("dvc.stage") for r in runs} >= {"train-normal", "train-distributed@mirrored", "compare"}
-    assert all("test_accuracy" in r.data.metrics for r in runs if r.info.run_name != "compare")
 
-    assert "Data and pipelines are up to date." in run(["dvc", "repro"], project)
+    data_sha256 = json.loads((project / "reports" / "data.json").read_text())["sha256"]
+    for run in train_runs.values():
+        assert "test_accuracy" in run.data.metrics
+        (dataset_input,) = run.inputs.dataset_inputs
+        assert dataset_input.dataset.digest == data_sha256[:16]
+        assert {t.key: t.value for t in dataset_input.tags}["sha256"] == data_sha256
+        history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "val_accuracy")
+        assert [m.step for m in history] == [1, 2], "per-epoch metrics carry their epoch as step"
+
+    (compare,) = [r for r in runs if r.data.tags["stage"] == "compare"]
+    linked = {key.removeprefix("compared."): value for key, value in compare.data.tags.items()
+              if key.startswith("compared.")}
+    assert linked == {name: r.info.run_id for name, r in train_runs.items()}
+    note = compare.data.tags["mlflow.note.content"]
+    for name, run in train_runs.items():
+        assert f"[{LABELS[name]}](#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in note
+
+
+def test_dvc_plots_show_renders_every_run_confusion_and_figures(project):
+    run_in_project(["dvc", "plots", "show", "-o", "plots"], project)
+    page = (project / "plots" / "index.html").read_text()
+    for title in ("Validation accuracy per epoch", "Training loss per epoch", "Confusion matrix on the test split"):
+        assert title in page
+    for name in LABELS:
+        assert f'"run": "{name}"' in page, f"{name}'s curve is missing"
+    assert sorted(p.name for p in (project / "plots" / "static").glob("*.png")) == [
+        "workspace_reports_compare_figures_accuracy_vs_time.png", "workspace_reports_compare_figures_loss_curves.png",
+        "workspace_reports_compare_figures_throughput.png"]
+
+
+def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project):
+    run_in_project(["git", "add", "-A"], project)
+    run_in_project(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q", "-m", "baseline"], project)
+    output = run_in_project(["dvc", "exp", "run", "-n", "bf16-3ep", "-S", "train.epochs=3",
+                             "-S", "train.precision=mixed_bfloat16"], project)
+    assert "Running stage 'preprocess'" not in output and "Running stage 'compare'" in output
+
+    runs = runs_of(project, execution="bf16-3ep")
+    assert sorted(r.data.tags.get("model_name", "compare") for r in runs) == sorted(["compare", *LABELS])
+    assert all(r.data.params.get("train.precision", "mixed_bfloat16") == "mixed_bfloat16" for r in runs)
+    assert runs_of(project)[0].data.tags["tfdist.execution"] == "bf16-3ep"
+
+    table = json.loads(run_in_project(["dvc", "exp", "show", "--json"], project))
+    experiment = next(exp for row in table for exp in (row.get("experiments") or []) if exp["name"] == "bf16-3ep")
+    data = experiment["revs"][0]["data"]
+    metrics = data["metrics"]["reports/compare/metrics.json"]["data"]
+    assert set(metrics) == set(LABELS) and set(metrics["normal"]) == {"samples_per_second", "speedup", "test_accuracy"}
+    assert data["params"]["params.yaml"]["data"]["train"]["epochs"] == 3
+
+    run_in_project(["dvc", "plots", "diff", "HEAD", "bf16-3ep", "-o", "diff"], project)
+    page = (project / "diff" / "index.html").read_text()
+    assert '"rev": "HEAD"' in page and '"rev": "bf16-3ep"' in page
 
 
 def test_changing_epochs_reruns_training_not_preprocessing(project):
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["train"]["epochs"] = 1
     (project / "params.yaml").write_text(yaml.safe_dump(params))
-    status = run(["dvc", "status"], project)
+    status = run_in_project(["dvc", "status"], project)
     assert "train-normal" in status and "preprocess:" not in status
-    output = run(["dvc", "repro"], project)
+    output = run_in_project(["dvc", "repro"], project)
     assert "Running stage 'preprocess'" not in output
     assert "Running stage 'train-normal'" in output and "Running stage 'compare'" in output
     assert json.loads((project / "reports" / "train" / "normal.json").read_text())["epochs"] == 1

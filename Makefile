@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install repro test test-fast lint ui experiments plots clean
+.PHONY: help install browser-deps repro test test-fast lint ui experiments plots clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,7 +22,17 @@ $(VENV)/.installed: pyproject.toml
 repro: install ## Run the pipeline: dvc repro (only stages whose inputs changed)
 	dvc repro
 
-test: install ## Run the whole test suite, slow end-to-end tests included (as CI does)
+# The browser tests drive Debian's Chromium (Playwright with the system executable: nothing is downloaded).
+CHROMIUM ?= /usr/bin/chromium
+
+browser-deps: ## Install Debian's chromium for the browser tests, if it is missing (needs root or sudo)
+	@test -x $(CHROMIUM) || { \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@test -x $(CHROMIUM) || { echo "error: no Chromium at $(CHROMIUM); install Debian's chromium package"; exit 1; }
+
+test: install browser-deps ## Run the whole test suite, slow end-to-end and browser tests included (as CI does)
 	python -m pytest
 
 test-fast: install ## Run the tests but the slow end-to-end ones

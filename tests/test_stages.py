@@ -1,12 +1,13 @@
 """Each stage through click's CliRunner: outputs written, exit codes per the contract."""
 
 import json
+import socket
 
 import mlflow
 import pytest
 from click.testing import CliRunner
 
-from stages import compare, evaluate, preprocess, train
+from stages import compare, evaluate, preprocess, train, ui
 
 from conftest import tiny_params
 
@@ -117,3 +118,21 @@ def test_help_explains_options():
     assert result.exit_code == 0
     for option in ("--strategy", "--name", "--params", "--set"):
         assert option in result.output
+
+
+def test_ui_needs_a_store_and_a_free_port(workdir):
+    result = invoke(ui)
+    assert result.exit_code == 2
+    assert "mlflow.tracking_uri sqlite:///" in result.output and "no store there yet; run the pipeline first" in result.output
+
+    from tfdist import tracking
+    from tfdist.config import load_config
+
+    tracking.configure(load_config(workdir / "params.yaml").mlflow)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = invoke(ui, "--port", port)
+    assert result.exit_code == 2 and f"cannot serve on 127.0.0.1:{port}" in result.output
+    assert "pass another --port" in result.output

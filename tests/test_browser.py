@@ -1,0 +1,198 @@
+"""The comparison as a user sees it, in headless Chromium: the MLflow UI on a pipeline's store, and the HTML report.
+
+Needs Debian's ``chromium`` (``make browser-deps`` installs it; CI does). Playwright
+drives that executable, so no browser is downloaded. Screenshots land in
+``test-artifacts/`` (or ``$TFDIST_TEST_ARTIFACTS``) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from conftest import REPO, copy_project, local_mode_environment, run_in_project
+
+pytestmark = pytest.mark.slow
+CHROMIUM = os.environ.get("TFDIST_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("TFDIST_TEST_ARTIFACTS", REPO / "test-artifacts"))
+# Headless as root, and quiet: without the background-networking flags Chromium keeps
+# calling Google's services, which this network refuses.
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+LABELS = {
+    "normal": "normal · fit · float32",
+    "central_storage": "central_storage ×2 · fit · float32",
+    "mirrored": "mirrored ×2 · fit · float32",
+    "multi_worker_mirrored": "multi_worker_mirrored ×2 · fit · float32",
+    "parameter_server": "parameter_server 2w+1ps · fit · float32",
+}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """The default pipeline (every strategy), 3 epochs on the offline sample, in a fresh clone.
+
+    Its screenshots are the README's (docs/images/), so the pipeline is the one a user runs.
+    """
+    root = copy_project(tmp_path_factory.mktemp("browser"), data={"source": "sample"}, train={"epochs": 3})
+    run_in_project(["dvc", "repro"], root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(project):
+    """The store's runs by model name (``compare`` for the compare run)."""
+    mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
+    found = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list")
+    return {run.data.tags.get("model_name", run.data.tags["stage"]): run for run in found}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ui(project):
+    """``python -m stages.ui`` (what ``make ui`` runs) serving the project's store on a free port."""
+    port = free_port()
+    env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    server = subprocess.Popen([sys.executable, "-m", "stages.ui", "--port", str(port)], cwd=project, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.read() == b"OK":
+                    break
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"the MLflow UI did not come up at {url}:\n{server.stdout.read()[-3000:]}")
+        time.sleep(0.5)
+    yield url, server
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    server.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's chromium (make browser-deps) or set TFDIST_CHROMIUM")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1700, "height": 1000})
+    yield context.new_page()
+    context.close()
+
+
+def shoot(page, name: str, full_page: bool = False) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=full_page)
+
+
+def close_assistant(page) -> None:
+    """The UI opens an assistant side panel; closing it gives the runs table the width."""
+    close = page.locator("button[aria-label='Close']")
+    if close.count():
+        close.first.click()
+
+
+def add_metric_column(page, metric: str) -> None:
+    """Columns -> search -> tick ``metric`` (the run's own, not the compare run's ``normal.<metric>``)."""
+    page.get_by_role("button", name="Columns", exact=True).click()
+    page.get_by_placeholder("Search columns").fill(metric)
+    page.locator(f"xpath=//span[normalize-space(.)='{metric}']").last.click()
+    page.keyboard.press("Escape")
+    page.locator(f"[role=columnheader][col-id='metrics.`{metric}`']").wait_for(timeout=15_000)
+
+
+def test_the_ui_command_serves_the_store_on_loopback_and_prints_its_url(ui):
+    url, server = ui
+    command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+    assert [b"--host", b"127.0.0.1"] == command[command.index(b"--host"):command.index(b"--host") + 2]
+    assert b"--backend-store-uri" in command and b"sqlite:///mlruns/mlflow.db" in command
+
+
+def test_the_experiment_lists_this_executions_runs_with_a_metric_column(ui, runs, page):
+    url, _ = ui
+    execution = runs["normal"].data.tags["tfdist.execution"]
+    assert {run.data.tags["tfdist.execution"] for run in runs.values()} == {execution}
+    search = urllib.parse.quote(f"tags.`tfdist.execution` = '{execution}'")
+    experiment_id = runs["normal"].info.experiment_id
+    page.goto(f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&searchFilter={search}")
+    for label in (*LABELS.values(), "compare"):
+        page.get_by_text(label, exact=True).first.wait_for(timeout=30_000)
+    close_assistant(page)
+
+    for metric in ("test_accuracy", "steady_samples_per_second"):
+        add_metric_column(page, metric)
+    shown = []
+    for cell in page.get_by_role("gridcell").all_inner_texts():
+        try:
+            shown.append(float(cell))
+        except ValueError:
+            continue
+    for name in LABELS:
+        accuracy = runs[name].data.metrics["test_accuracy"]
+        assert any(abs(value - accuracy) < 5e-4 for value in shown), f"{name}'s {accuracy} is not among {shown}"
+    assert f"{len(LABELS) + 1} matching runs" in page.inner_text("body")
+    page.set_viewport_size({"width": 1700, "height": 640})  # the table, not the empty page below it
+    shoot(page, "mlflow-runs.png")
+
+
+def test_a_training_run_page_shows_its_params_dataset_and_model(ui, project, runs, page):
+    url, _ = ui
+    run = runs["mirrored"]
+    page.goto(f"{url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning")
+    page.get_by_text(LABELS["mirrored"], exact=True).first.wait_for(timeout=30_000)
+    close_assistant(page)
+    for text in ("train.epochs", "strategy.replicas", "Logged models (1)", "tfdist.execution"):
+        page.get_by_text(text, exact=True).first.wait_for(timeout=15_000)
+    sha256 = json.loads((project / "reports" / "data.json").read_text())["sha256"]
+    page.get_by_text(f"mnist ({sha256[:16]})").first.wait_for(timeout=15_000)
+    shoot(page, "mlflow-run.png", full_page=True)
+
+    page.get_by_role("tab", name="Artifacts").click()
+    page.get_by_text("MLmodel", exact=True).first.wait_for(timeout=15_000)
+    shoot(page, "mlflow-run-artifacts.png")
+
+
+def test_the_html_report_renders_without_fetching_anything(project, page):
+    report = project / "reports" / "compare" / "compare.html"
+    requests = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(report.as_uri())
+    assert page.locator("h2", has_text="Advice").is_visible()
+    assert page.locator("table").count() == 3  # scaling projection, runs, results
+    widths = page.eval_on_selector_all("img", "images => images.map(image => image.complete && image.naturalWidth)")
+    assert len(widths) == 3 and all(width > 0 for width in widths), widths
+    assert [url for url in requests if not url.startswith("data:")] == [report.as_uri()], requests
+    shoot(page, "compare-report.png", full_page=True)

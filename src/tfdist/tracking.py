@@ -36,7 +36,8 @@ EXECUTION_TAG = "tfdist.execution"
 _EXPERIMENT_KIND = "mlflow.experimentKind"
 _EXPERIMENT_NOTE = (
     "Runs of the tfdist pipeline: one per training stage and one compare run per execution. "
-    "Filter one execution with tags.`tfdist.execution` = '<id>' (the DVC experiment name, or commit-paramshash); "
+    "Filter one execution with ``tags.`tfdist.execution` = 'ID'``, ID being the DVC experiment name or "
+    "commit-paramshash; "
     "the compare run's description links every run it compared."
 )
 #: MLflow's own dataset digests are short; the full SHA-256 goes in the input's tags.

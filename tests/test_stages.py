@@ -2,6 +2,7 @@
 
 import json
 import socket
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -77,7 +78,8 @@ def test_train_without_prepared_data_exits_2(workdir):
 
 def test_train_evaluate_compare(workdir, prepared_copy):
     for name, strategy in (("normal", "default"), ("mirrored", "mirrored")):
-        result = invoke(train, "--strategy", strategy, "--name", name, "--set", "mlflow.log_models=true")
+        result = invoke(train, "--strategy", strategy, "--name", name, "--set", "mlflow.log_models=true",
+                        "--set", "mlflow.register_models=true")
         assert result.exit_code == 0, result.output
         result = invoke(evaluate, "--name", name)
         assert result.exit_code == 0, result.output
@@ -96,6 +98,9 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert run.info.status == "FINISHED" and run.data.params["strategy.replicas"] == "2"
     assert run.data.metrics["test_accuracy"] == pytest.approx(evaluation["accuracy"])
     assert mlflow.search_logged_models(experiment_ids=[run.info.experiment_id]).shape[0] == 2
+    versions = mlflow.MlflowClient().search_model_versions("name = 'tfdist-mnist-classifier'")
+    assert sorted((v.tags["strategy"], v.tags["run_name"], v.run_id == run.info.run_id) for v in versions) == [
+        ("default", "normal", False), ("mirrored", "mirrored", True)]
 
     result = invoke(compare)
     assert result.exit_code == 0, result.output
@@ -104,6 +109,10 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert "| mirrored | mirrored | fit | float32 | sync | 2 | 1 | 64 |" in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "compare.html", "compare.json", "compare.md", "curves.csv", "figures", "metrics.json"]
+    assert (out / "curves.csv").read_text().splitlines()[:2] == [
+        "run,epoch,loss,accuracy,val_loss,val_accuracy", f"normal,1,{history_row('normal')}"]
     compare_runs = mlflow.search_runs(filter_string="tags.stage = 'compare'", output_format="list")
     assert len(compare_runs) == 1 and compare_runs[0].data.tags["compared.mirrored"] == report["mlflow_run_id"]
 
@@ -118,6 +127,11 @@ def test_help_explains_options():
     assert result.exit_code == 0
     for option in ("--strategy", "--name", "--params", "--set"):
         assert option in result.output
+
+
+def history_row(name):
+    """The first epoch's loss..val_accuracy as the train stage wrote them."""
+    return ",".join(Path(f"reports/train/history/{name}.csv").read_text().splitlines()[1].split(",")[1:5])
 
 
 def test_ui_needs_a_store_and_a_free_port(workdir):

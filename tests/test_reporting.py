@@ -99,6 +99,7 @@ def test_run_labels_say_what_differs():
     assert run_label("parameter_server", "parameter_server", 1, 2, 1, "fit", "float32", "global_norm") == (
         "parameter_server 2w+1ps · fit · float32 · clip global_norm")
     assert run_label("big", "mirrored", 4, 1, 0, "fit", "float32") == "big (mirrored ×4) · fit · float32"
+    assert run_label("try", "default", 1, 1, 0, "fit", "float32") == "try · fit · float32"
 
 
 def scaled_runs(mirrored_sps, accuracy=0.95):

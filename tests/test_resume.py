@@ -84,7 +84,7 @@ def test_a_killed_run_resumes_from_its_last_epoch_in_the_same_mlflow_run(workdir
     fresh = json.loads((workdir / "reports" / "uninterrupted.json").read_text())
     assert report["val_accuracy"] >= fresh["val_accuracy"] - 0.02, "the resumed model is as good"
 
-    (run,) = [r for r in runs(workdir) if r.info.run_name == "crash"]
+    (run,) = [r for r in runs(workdir) if r.data.tags["model_name"] == "crash"]
     assert run.info.status == "FINISHED"
     assert set(metric_steps(run, "val_accuracy")) == set(range(1, EPOCHS + 1)), "the full metric history, one run"
 
@@ -151,5 +151,5 @@ def test_stages_running_at_once_share_a_fresh_sqlite_store(workdir):
     assert [p.returncode for p in processes] == [0, 0, 0], "\n".join(o[-1500:] for o in outputs)
     assert not [o for o in outputs if "database is locked" in o or "Traceback" in o]
     assert sorted((r.info.run_name, r.info.status) for r in runs(workdir)) == [
-        (f"queued-{i}", "FINISHED") for i in range(3)
+        (f"queued-{i} · fit · float32", "FINISHED") for i in range(3)
     ]

@@ -30,10 +30,10 @@ def run_label(name: str, strategy: str, replicas: int, workers: int, ps: int, lo
     """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
 
     The scale is the replicas in sync, or workers and parameter servers; the
-    strategy is named apart only when the run's name is not the strategy's.
+    strategy is named apart when the run's name is not the strategy's (and it distributes).
     """
     scale = f" {workers}w+{ps}ps" if ps else (f" ×{replicas}" if replicas > 1 else "")
-    head = f"{name}{scale}" if name in (strategy, NORMAL) else f"{name} ({strategy}{scale})"
+    head = f"{name}{scale}" if name == strategy or strategy == "default" else f"{name} ({strategy}{scale})"
     return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else [])])
 
 

@@ -145,10 +145,10 @@ def summarize(data: PreparedData) -> dict[str, Any]:
         }
         for name, split in data.splits().items()
     }
-    return {"source": data.source, "splits": counts, "sha256": digest(data.splits())}
+    return {"source": data.source, "splits": counts, "sha256": splits_digest(data.splits())}
 
 
-def digest(splits: dict[str, Digits]) -> str:
+def splits_digest(splits: dict[str, Digits]) -> str:
     """SHA-256 of the splits' pixels and labels, in ``SPLITS`` order: names the prepared data."""
     sha = hashlib.sha256()
     for name in SPLITS:
@@ -156,10 +156,6 @@ def digest(splits: dict[str, Digits]) -> str:
         sha.update(np.ascontiguousarray(splits[name].y.astype(np.int64)).tobytes())
     return sha.hexdigest()
 
-
-def prepared_digest(prepared_dir: Path) -> str:
-    """The digest of the prepared data on disk: equal to ``sha256`` in ``reports/data.json``."""
-    return digest({name: load_split(prepared_dir, name) for name in SPLITS})
 
 
 def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: int) -> Any:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist import atomic
 from tfdist.config import MIXED_PRECISIONS, Config, to_flat_dict
-from tfdist.data import PreparedData, load_split, prepare, prepared_digest, save_prepared, summarize
+from tfdist.data import PreparedData, load_split, prepare, save_prepared, splits_digest, summarize
 from tfdist.errors import InputError, Interrupted, RunError
 from tfdist.reporting import build_comparison, read_history, read_json, run_label
 
@@ -220,7 +220,8 @@ def _train_task(
     }
     title = run_label(name, info.name, info.replicas, info.workers, info.ps, config.train.loop, config.train.precision,
                       config.train.clip.method)
-    data_sha256 = prepared_digest(prepared_dir)
+    # the sha256 reports/data.json gives, from the splits in memory (and the test split)
+    data_sha256 = splits_digest({"train": train_split, "val": val_split, "test": load_split(prepared_dir, "test")})
     resumed_run_id = backup.run_id
     with tracking.start_run(title, params, tags, resume_run_id=resumed_run_id) as run_id:
         backup.save(mlflow_run_id=run_id, name=name, strategy=strategy_name, key=key)

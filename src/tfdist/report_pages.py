@@ -214,6 +214,7 @@ def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], o
     rows = list(comparison["runs"].values())
     names = [r["name"] for r in rows]
     out_dir.mkdir(parents=True, exist_ok=True)
+    throughput_png, accuracy_png, loss_png = (out_dir / name for name, _ in FIGURES)
     paths = []
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -223,14 +224,14 @@ def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], o
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):
         axis.tick_params(axis="x", rotation=30)
-    paths.append(_save(plt, fig, out_dir / "throughput.png"))
+    paths.append(_save(plt, fig, throughput_png))
 
     fig, axis = plt.subplots(figsize=(6, 4))
     for row in rows:
         axis.scatter(row["train_seconds"], row["test_accuracy"])
         axis.annotate(row["name"], (row["train_seconds"], row["test_accuracy"]), textcoords="offset points", xytext=(5, 5))
     axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
-    paths.append(_save(plt, fig, out_dir / "accuracy_vs_time.png"))
+    paths.append(_save(plt, fig, accuracy_png))
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for name in names:
@@ -241,7 +242,7 @@ def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], o
     left.set(title="Training loss", xlabel="epoch", ylabel="loss")
     right.set(title="Validation loss", xlabel="epoch")
     left.legend()
-    paths.append(_save(plt, fig, out_dir / "loss_curves.png"))
+    paths.append(_save(plt, fig, loss_png))
     return paths
 
 

@@ -103,10 +103,11 @@ def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dic
             "run_label": report.get("run_label", name),
         })
     support = base.get("precision_support", {})
+    projections = scaling(rows)
     return {
         "verdict": verdict(rows),
-        "advice": advice(rows, support),
-        "scaling": scaling(rows),
+        "advice": advice(rows, projections, support),
+        "scaling": projections,
         "precision_support": support,
         "cpu_count": os.cpu_count(),
         "runs": {row["name"]: row for row in rows},
@@ -194,9 +195,10 @@ def scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return projections
 
 
-def advice(rows: list[dict[str, Any]], support: dict[str, dict]) -> dict[str, str]:
-    """Three answers, from the numbers and the hardware: what to use here, with more devices, and precision."""
-    return {"use": _use_advice(rows), "scale": _scale_advice(rows), "precision": _precision_advice(rows, support)}
+def advice(rows: list[dict[str, Any]], projections: list[dict[str, Any]], support: dict[str, dict]) -> dict[str, str]:
+    """Three answers, from the numbers (and their :func:`scaling`) and the hardware: what to use here,
+    with more devices, and precision."""
+    return {"use": _use_advice(rows), "scale": _scale_advice(projections), "precision": _precision_advice(rows, support)}
 
 
 def _use_advice(rows: list[dict[str, Any]]) -> str:
@@ -216,8 +218,7 @@ def _use_advice(rows: list[dict[str, Any]]) -> str:
     return text
 
 
-def _scale_advice(rows: list[dict[str, Any]]) -> str:
-    projections = scaling(rows)
+def _scale_advice(projections: list[dict[str, Any]]) -> str:
     if not projections:
         return "No distributed run was measured, so there is nothing to project."
     best = min(projections, key=lambda p: p["break_even_units"])

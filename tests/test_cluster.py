@@ -11,17 +11,12 @@ import time
 
 import pytest
 
-from tfdist.cluster import (
-    ClusterError,
-    ClusterTask,
-    ProcessGroup,
-    check_cluster,
-    local_cluster,
-    parse_tf_config,
-    read_tf_config,
-    tasks_of,
-)
+from tfdist.cluster_spec import ClusterError, ClusterTask, check_cluster, parse_tf_config, read_tf_config, tasks_of
+from tfdist.config import DistributedConfig
 from tfdist.errors import RunError
+from tfdist.launcher import local_cluster
+from tfdist.process_group import ProcessGroup
+from tfdist.strategies import get_spec
 
 from conftest import REPO, process_alive
 
@@ -37,7 +32,7 @@ def test_a_kubeflow_tf_config_is_understood():
     assert (task.task_type, task.task_index, task.name) == ("worker", 1, "worker-1")
     assert task.count("worker") == 2 and task.count("ps") == 1
     assert not task.is_chief
-    check_cluster(task, "parameter_server")
+    check_cluster(task, get_spec("parameter_server"))
 
 
 @pytest.mark.parametrize(("cluster", "task_type", "index", "chief"), [
@@ -86,13 +81,13 @@ def test_a_malformed_tf_config_names_the_problem(text, message):
 def test_a_cluster_that_does_not_fit_the_strategy_is_refused(cluster, strategy, message):
     task = ClusterTask(cluster, "worker", 0)
     with pytest.raises(ClusterError, match=message):
-        check_cluster(task, strategy)
+        check_cluster(task, get_spec(strategy))
 
 
 def test_local_clusters_use_distinct_free_loopback_ports():
-    mwms = local_cluster("multi_worker_mirrored", workers=3, ps=1)
+    mwms = local_cluster(get_spec("multi_worker_mirrored"), DistributedConfig(workers=3, ps=1))
     assert list(mwms) == ["worker"] and len(mwms["worker"]) == 3
-    ps = local_cluster("parameter_server", workers=2, ps=2)
+    ps = local_cluster(get_spec("parameter_server"), DistributedConfig(workers=2, ps=2))
     assert {job: len(addresses) for job, addresses in ps.items()} == {"chief": 1, "worker": 2, "ps": 2}
     addresses = [a for spec in (mwms, ps) for job in spec.values() for a in job]
     assert all(a.startswith("127.0.0.1:") for a in addresses)
@@ -162,7 +157,7 @@ def test_watch_interrupts_the_main_thread_when_a_task_dies():
 LAUNCHER = """
 import sys, time
 sys.path.insert(0, {src!r})
-from tfdist.cluster import ProcessGroup
+from tfdist.process_group import ProcessGroup
 with ProcessGroup() as group:
     pid = group.start("worker-0", [sys.executable, "-c", "import time; time.sleep(60)"], {{}})
     print(pid, flush=True)

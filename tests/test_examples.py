@@ -1,5 +1,5 @@
 """The cluster examples under examples/: the TF_CONFIG they lead to is understood
-by tfdist.cluster, and the stage options they pass are valid.
+by tfdist.cluster_spec, and the stage options they pass are valid.
 
 Kubeflow's training operator builds TF_CONFIG from a TFJob as
 ``operator_tf_config`` does (pkg/controller.v1/tensorflow/tensorflow.go):
@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from stages import train
-from tfdist.cluster import check_cluster, parse_tf_config
+from tfdist.cluster_spec import check_cluster, parse_tf_config
+from tfdist.strategies import get_spec
 
 from conftest import REPO, tiny_params
 
@@ -66,7 +67,7 @@ def test_every_task_of_a_tfjob_gets_a_tf_config_the_project_accepts(path):
         assert any(arg.startswith("--set=mlflow.tracking_uri=http") for arg in container["args"]), "a server, not sqlite"
         for index in range(spec["replicas"]):
             task = parse_tf_config(operator_tf_config(job, rtype, index))
-            check_cluster(task, strategy)
+            check_cluster(task, get_spec(strategy))
             chiefs += task.is_chief
     assert chiefs == 1, "exactly one task writes the outputs"
 
@@ -85,7 +86,7 @@ def test_the_handmade_script_gives_each_task_its_tf_config(cluster_file, strateg
                 env={**os.environ, "PRINT_TF_CONFIG": "1"}, capture_output=True, text=True, check=True,
             ).stdout
             task = parse_tf_config(printed)
-            check_cluster(task, strategy)
+            check_cluster(task, get_spec(strategy))
             names.append(task.name)
     assert len(names) == sum(len(a) for a in cluster.values())
 

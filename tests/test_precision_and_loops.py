@@ -13,7 +13,7 @@ from tfdist.data import load_split
 from tfdist.errors import InputError
 from tfdist.models import build_model, compile_model, trained_weights
 from tfdist.runtime import keras, tf
-from tfdist.strategies import make_strategy
+from tfdist.strategies import get_spec, make_strategy
 from tfdist.training import train_model
 
 from conftest import tiny_params
@@ -135,8 +135,8 @@ def test_other_combinations_train(tmp_path, prepared_dir, strategy, loop, precis
 @pytest.mark.parametrize("strategy", ["central_storage", "parameter_server"])
 def test_mixed_float16_is_refused_where_loss_scaling_is_unsupported(strategy):
     with pytest.raises(InputError, match=f"train.precision mixed_float16 needs loss scaling, .* not {strategy}"):
-        precision.check_supported("mixed_float16", strategy)
-    precision.check_supported("mixed_bfloat16", strategy)
+        get_spec(strategy).check_precision("mixed_float16")
+    get_spec(strategy).check_precision("mixed_bfloat16")
 
 
 def test_hardware_support_names_what_is_missing(monkeypatch):

@@ -13,7 +13,9 @@ from typing import Any
 
 from tfdist.config import ClipConfig, ModelConfig, TrainConfig
 from tfdist.data import CLASSES, PIXELS
+from tfdist.precision import policy
 from tfdist.runtime import keras, tf
+from tfdist.tf_private import untracked
 
 _OPTIMIZERS = {
     "adam": keras.optimizers.Adam,
@@ -91,7 +93,7 @@ class DigitClassifier(keras.Model):
             keras.metrics.Sum(name="nonfinite_steps"),
         ))
 
-    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    @untracked
     def _hold_untracked(self, step_metrics: tuple) -> None:
         # Listed by `metrics` rather than tracked: tracked metrics would count among
         # the model's weights, and ParameterServer's exact evaluation refuses models
@@ -173,8 +175,6 @@ def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
     distributed model is a collective every worker must join). Built in
     float32 whatever the training precision: the variables were float32 anyway.
     """
-    from tfdist.precision import policy
-
     with policy("float32"):
         copy = build_seed_model(config)
     copy.set_weights(trained_weights(model))

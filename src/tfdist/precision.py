@@ -12,31 +12,13 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from tfdist.errors import InputError
+from tfdist.hardware import cpu_flags
+from tfdist.runtime import keras, tf
 
 log = logging.getLogger(__name__)
 
-#: Strategies whose replicas each hold their own variable copy: the only ones
-#: under which tf_keras can unscale float16 gradients correctly (its
-#: LossScaleOptimizer refuses CentralStorage and ParameterServer).
-LOSS_SCALING_STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored")
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def check_supported(precision: str, strategy: str) -> None:
-    """Refuse at start a precision TensorFlow cannot train under ``strategy``.
-
-    Raises:
-        InputError: mixed_float16 (which needs loss scaling) under a strategy
-            whose variables are not copied per replica.
-    """
-    if precision == "mixed_float16" and strategy not in LOSS_SCALING_STRATEGIES:
-        raise InputError(
-            f"train.precision mixed_float16 needs loss scaling, which TensorFlow supports only under "
-            f"{', '.join(LOSS_SCALING_STRATEGIES)}, not {strategy}; use mixed_bfloat16 (no loss scaling) or float32"
-        )
 
 
 @contextlib.contextmanager
@@ -47,8 +29,6 @@ def policy(precision: str) -> Iterator[None]:
     built with, and the next model built in this process starts from the
     policy that was there before.
     """
-    from tfdist.runtime import keras
-
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(precision)
     try:
@@ -77,8 +57,6 @@ def hardware_support(precision: str) -> HardwareSupport:
     bfloat16: a TPU, a GPU of compute capability >= 8.0, or a CPU with AVX512-BF16 or AMX)."""
     if precision == "float32":
         return HardwareSupport(precision, True, "float32 is the baseline")
-    from tfdist.runtime import tf
-
     capabilities = [
         tf.config.experimental.get_device_details(gpu).get("compute_capability") or (0, 0)
         for gpu in tf.config.list_physical_devices("GPU")
@@ -104,18 +82,6 @@ def hardware_support(precision: str) -> HardwareSupport:
         f"bfloat16 is fast only on TPUs, GPUs of compute capability 8.0 or more, or CPUs with AVX512-BF16 or AMX, "
         f"and this machine has {gpu} and a CPU without them",
     )
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU feature flags Linux reports (empty where there is no /proc/cpuinfo)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return set()
 
 
 def announce(precision: str) -> HardwareSupport:

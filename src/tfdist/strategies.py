@@ -1,32 +1,34 @@
-"""One factory from a strategy name to a ``tf.distribute`` strategy.
+"""The strategy registry: one record per ``tf.distribute`` strategy, and its builder.
 
-Also splits the CPU into logical devices when there is no GPU, so that
-Mirrored and CentralStorage run several replicas on one machine. Imports
-nothing else of tfdist; TensorFlow is imported on first use, so the names
-and errors here cost nothing to import.
+Every fact the rest of tfdist needs about a strategy (is it multi-process,
+synchronous, can it scale a float16 loss, how is it backed up, which devices
+does it take, which cluster jobs does it need) is a field of its
+:class:`StrategySpec` here; no other module names a strategy. Adding a strategy
+is one record and its builder.
+
+TensorFlow is imported lazily, on the first build: :mod:`tfdist.config`
+validates ``distributed.strategies`` against this registry, and a stage must
+report a bad param in well under a second, before TensorFlow's seconds-long import.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from tfdist.cluster_spec import ClusterTask
+from tfdist.errors import InputError
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 log = logging.getLogger(__name__)
 
-#: Names ``make_strategy`` accepts. ``default`` is no distribution at all.
-STRATEGY_NAMES = (
-    "default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "tpu",
-)
-#: Strategies whose replicas live in several processes, joined through a cluster spec (TF_CONFIG).
-MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 
-
-class StrategyError(ValueError):
+class StrategyError(InputError):
     """An unknown strategy name, or one this machine cannot run (exit 2)."""
 
 
@@ -38,7 +40,7 @@ class StrategyInfo:
         name: the requested name.
         strategy_class: the TensorFlow class it became.
         replicas: replicas in sync (batches computed per step).
-        devices: device names the replicas run on.
+        devices: device names the replicas run on (task names for multi-process runs).
         workers: worker processes taking part.
         ps: parameter server processes.
         synchronous: whether all replicas apply each update together.
@@ -54,6 +56,76 @@ class StrategyInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+Builder = Callable[["StrategySpec", int, "ClusterTask | None"], "tuple[tf.distribute.Strategy, StrategyInfo]"]
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """Everything tfdist knows about one strategy.
+
+    Attributes:
+        name: the lower-case name users write (``--strategy``, ``distributed.strategies``).
+        paradigm: ``none`` (no distribution) or ``data`` (replicas of the whole
+            model on shards of each batch).
+        multi_process: replicas live in several processes joined by a cluster
+            spec (TF_CONFIG): cluster mode, or the local launcher.
+        synchronous: all replicas apply each update together.
+        loss_scaling: tf_keras's LossScaleOptimizer works under it (each replica
+            holds its own variable copy), so mixed_float16 can train.
+        backup: ``keras`` (tf_keras ``BackupAndRestore`` accepts it) or
+            ``checkpoint`` (a ``tf.train.CheckpointManager`` plus ``initial_epoch``).
+        device_rule: ``first`` (GPU 0, else the CPU), ``split`` (every GPU, else
+            ``distributed.devices`` logical CPUs), ``per_task`` (each process's
+            own devices) or ``tpu``.
+        replica_count: how ``replicas`` is counted, in words for the reports.
+        cluster_jobs: jobs a cluster for it must have (one of each tuple);
+            empty for single-process strategies.
+        forbidden_jobs: jobs a cluster for it must not have.
+        local_jobs: how the local launcher lays out its cluster: job -> which
+            ``distributed`` count sizes it (``one`` for a single task).
+        launcher_trains: under the local launcher this process coordinates
+            training (parameter_server's chief) rather than only waiting for
+            worker processes that train (multi_worker_mirrored).
+        in_pipeline: may be listed in ``distributed.strategies``.
+        builder: makes the strategy (called with this spec, the device count
+            and this process's cluster task, if any).
+    """
+
+    name: str
+    paradigm: str
+    multi_process: bool
+    synchronous: bool
+    loss_scaling: bool
+    backup: str
+    device_rule: str
+    replica_count: str
+    builder: Builder
+    cluster_jobs: tuple[tuple[str, ...], ...] = ()
+    forbidden_jobs: tuple[str, ...] = ()
+    local_jobs: Mapping[str, str] = field(default_factory=dict)
+    launcher_trains: bool = False
+    in_pipeline: bool = True
+
+    def check_precision(self, precision: str) -> None:
+        """Refuse at start a precision TensorFlow cannot train under this strategy.
+
+        Raises:
+            StrategyError: mixed_float16 (which needs loss scaling) under a strategy
+                whose variables are not copied per replica (tf_keras's
+                LossScaleOptimizer refuses CentralStorage and ParameterServer).
+        """
+        if precision == "mixed_float16" and not self.loss_scaling:
+            able = [name for name, spec in REGISTRY.items() if spec.loss_scaling]
+            raise StrategyError(
+                f"train.precision mixed_float16 needs loss scaling, which TensorFlow supports only under "
+                f"{', '.join(able)}, not {self.name}; use mixed_bfloat16 (no loss scaling) or float32"
+            )
+
+    def build(self, devices: int = 2, task: ClusterTask | None = None) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+        """The TensorFlow strategy, made first thing in the process (logical devices freeze after the first op)."""
+        return self.builder(self, devices, task)
 
 
 def _tensorflow() -> Any:
@@ -108,112 +180,83 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
                         current, (intra_op, inter_op))
 
 
-def check_strategy_name(name: Any) -> str:
-    """``name`` lower-cased if it is a known strategy.
-
-    Raises:
-        StrategyError: naming the value and the choices (YAML may turn ``off`` into
-            ``False``: non-strings are refused too).
-    """
-    if not isinstance(name, str) or name.lower() not in STRATEGY_NAMES:
-        raise StrategyError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
-    return name.lower()
+def _first_device() -> str:
+    return "/gpu:0" if _tensorflow().config.list_physical_devices("GPU") else "/cpu:0"
 
 
-def make_strategy(
-    name: Any, devices: int = 2, cluster_resolver: Any = None
-) -> tuple[tf.distribute.Strategy, StrategyInfo]:
-    """Build the strategy called ``name``.
-
-    Args:
-        name: one of :data:`STRATEGY_NAMES`.
-        devices: logical CPU devices for Mirrored/CentralStorage when no GPU exists.
-        cluster_resolver: where the other processes are, for the strategies in
-            :data:`MULTI_PROCESS_STRATEGIES`; MultiWorkerMirrored without one runs
-            as a single worker, ParameterServer needs one.
-
-    Raises:
-        StrategyError: ``name`` is not a known strategy, or needs hardware or a
-            cluster that is absent.
-    """
-    name = check_strategy_name(name)
+def _resolver(task: ClusterTask) -> Any:
+    """TensorFlow's cluster resolver for this process's task."""
     tf = _tensorflow()
-    if name == "default":
-        strategy = tf.distribute.get_strategy()
-        return strategy, StrategyInfo(name, type(strategy).__name__, 1, [_first_device()])
-    if name == "tpu":
-        return _make_tpu()
-    if name == "multi_worker_mirrored":
-        return _make_multi_worker(cluster_resolver)
-    if name == "parameter_server":
-        return _make_parameter_server(cluster_resolver)
-    if name == "one_device":
-        device_names = [_first_device()]
-        strategy = tf.distribute.OneDeviceStrategy(device_names[0])
-    elif name == "mirrored":
-        device_names = configure_cpu_devices(devices)
-        strategy = tf.distribute.MirroredStrategy(device_names, cross_device_ops=_cross_device_ops(device_names))
-    else:
-        device_names = configure_cpu_devices(devices)
-        strategy = tf.distribute.experimental.CentralStorageStrategy(device_names, parameter_device="/cpu:0")
-    info = StrategyInfo(name, type(strategy).__name__, strategy.num_replicas_in_sync, list(device_names))
-    log.info("strategy %s: %d replica(s) on %s", name, info.replicas, ", ".join(info.devices))
-    return strategy, info
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(dict(task.cluster)), task_type=task.task_type, task_id=task.task_index, rpc_layer="grpc",
+    )
 
 
-def _make_multi_worker(resolver: Any) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+def _info(spec: StrategySpec, strategy: Any, devices: list[str], workers: int = 1, ps: int = 0) -> StrategyInfo:
+    info = StrategyInfo(spec.name, type(strategy).__name__, strategy.num_replicas_in_sync, devices, workers, ps,
+                        spec.synchronous)
+    log.info("strategy %s: %d replica(s) on %s", spec.name, info.replicas, ", ".join(info.devices))
+    return info
+
+
+def _build_default(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+    strategy = _tensorflow().distribute.get_strategy()
+    return strategy, _info(spec, strategy, [_first_device()])
+
+
+def _build_one_device(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+    device = _first_device()
+    strategy = _tensorflow().distribute.OneDeviceStrategy(device)
+    return strategy, _info(spec, strategy, [device])
+
+
+def _build_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+    tf = _tensorflow()
+    names = configure_cpu_devices(devices)
+    # NCCL all-reduce exists only between GPUs; on CPUs reduce through one device.
+    on_cpus = all("cpu" in d for d in names)
+    cross_device_ops = tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0") if on_cpus else None
+    strategy = tf.distribute.MirroredStrategy(names, cross_device_ops=cross_device_ops)
+    return strategy, _info(spec, strategy, names)
+
+
+def _build_central_storage(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+    names = configure_cpu_devices(devices)
+    strategy = _tensorflow().distribute.experimental.CentralStorageStrategy(names, parameter_device="/cpu:0")
+    return strategy, _info(spec, strategy, names)
+
+
+def _build_multi_worker_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
     # Every worker process contributes its local device(s): one CPU, or its GPUs.
     # RING collectives work on CPUs; NCCL would need GPUs on every worker.
     tf = _tensorflow()
+    implementation = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
-        if tf.config.list_physical_devices("GPU") else tf.distribute.experimental.CommunicationImplementation.RING
+        implementation=implementation.AUTO if tf.config.list_physical_devices("GPU") else implementation.RING
     )
-    kwargs = {"cluster_resolver": resolver} if resolver is not None else {}
+    kwargs = {"cluster_resolver": _resolver(task)} if task is not None else {}
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options, **kwargs)
-    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    tasks = [f"/job:{job}/task:{i}" for job in ("chief", "worker") for i in range(len(jobs.get(job, [])))]
+    tasks = [f"/job:{job}/task:{i}" for job in ("chief", "worker") for i in range(task.count(job) if task else 0)]
     tasks = tasks or ["/job:localhost/task:0"]
-    info = StrategyInfo("multi_worker_mirrored", type(strategy).__name__, strategy.num_replicas_in_sync, tasks, len(tasks))
-    log.info("strategy multi_worker_mirrored: %d replica(s) across %d worker(s)", info.replicas, info.workers)
-    return strategy, info
+    return strategy, _info(spec, strategy, tasks, workers=len(tasks))
 
 
-def _make_parameter_server(resolver: Any) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+def _build_parameter_server(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
     # Each worker runs whole steps on its own and pushes its updates to the
     # parameter servers without waiting for the others: asynchronous training.
     # num_replicas_in_sync is the replicas *per worker* (1 on a CPU worker), so a
     # step's global batch is batch_size x that, whatever the number of workers.
-    if resolver is None:
+    if task is None:
         raise StrategyError(
-            "strategy 'parameter_server' needs a cluster with chief, worker and ps tasks; "
+            f"strategy '{spec.name}' needs a cluster with chief, worker and ps tasks; "
             "set TF_CONFIG or let the train stage launch one locally"
         )
-    tf = _tensorflow()
-    jobs = resolver.cluster_spec().as_dict()
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
-    workers, ps = len(jobs.get("worker", [])), len(jobs.get("ps", []))
-    tasks = [f"/job:worker/task:{i}" for i in range(workers)]
-    info = StrategyInfo(
-        "parameter_server", type(strategy).__name__, strategy.num_replicas_in_sync, tasks, workers, ps, synchronous=False
-    )
-    log.info("strategy parameter_server: %d worker(s), %d ps, asynchronous", workers, ps)
-    return strategy, info
+    strategy = _tensorflow().distribute.ParameterServerStrategy(_resolver(task))
+    workers = [f"/job:worker/task:{i}" for i in range(task.count("worker"))]
+    return strategy, _info(spec, strategy, workers, workers=len(workers), ps=task.count("ps"))
 
 
-def _first_device() -> str:
-    tf = _tensorflow()
-    return "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
-
-
-def _cross_device_ops(device_names: list[str]) -> tf.distribute.CrossDeviceOps | None:
-    # NCCL all-reduce exists only between GPUs; on CPUs reduce through one device.
-    if all("cpu" in d for d in device_names):
-        return _tensorflow().distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
-    return None
-
-
-def _make_tpu() -> tuple[tf.distribute.Strategy, StrategyInfo]:
+def _build_tpu(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
     tf = _tensorflow()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
@@ -221,9 +264,69 @@ def _make_tpu() -> tuple[tf.distribute.Strategy, StrategyInfo]:
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as err:
         raise StrategyError(
-            f"strategy 'tpu' needs a TPU, and none was found ({str(err).splitlines()[0]}); "
+            f"strategy '{spec.name}' needs a TPU, and none was found ({str(err).splitlines()[0]}); "
             "run on a TPU VM or choose mirrored"
         ) from None
     strategy = tf.distribute.TPUStrategy(resolver)
-    devices = [d.name for d in tf.config.list_logical_devices("TPU")]
-    return strategy, StrategyInfo("tpu", type(strategy).__name__, strategy.num_replicas_in_sync, devices)
+    return strategy, _info(spec, strategy, [d.name for d in tf.config.list_logical_devices("TPU")])
+
+
+_SPECS = (
+    StrategySpec("default", "none", multi_process=False, synchronous=True, loss_scaling=True, backup="keras",
+                 device_rule="first", replica_count="1", builder=_build_default, in_pipeline=False),
+    StrategySpec("one_device", "none", multi_process=False, synchronous=True, loss_scaling=True, backup="checkpoint",
+                 device_rule="first", replica_count="1", builder=_build_one_device),
+    StrategySpec("mirrored", "data", multi_process=False, synchronous=True, loss_scaling=True, backup="keras",
+                 device_rule="split", replica_count="one per device", builder=_build_mirrored),
+    StrategySpec("central_storage", "data", multi_process=False, synchronous=True, loss_scaling=False,
+                 backup="checkpoint", device_rule="split", replica_count="one per device",
+                 builder=_build_central_storage),
+    StrategySpec("multi_worker_mirrored", "data", multi_process=True, synchronous=True, loss_scaling=True,
+                 backup="keras", device_rule="per_task", replica_count="one per device of every worker",
+                 builder=_build_multi_worker_mirrored, cluster_jobs=(("worker", "chief"),), forbidden_jobs=("ps",),
+                 local_jobs={"worker": "workers"}),
+    StrategySpec("parameter_server", "data", multi_process=True, synchronous=False, loss_scaling=False,
+                 backup="keras", device_rule="per_task", replica_count="one per device of one worker (per step)",
+                 builder=_build_parameter_server, cluster_jobs=(("chief",), ("worker",), ("ps",)),
+                 local_jobs={"chief": "one", "worker": "workers", "ps": "ps"}, launcher_trains=True),
+    StrategySpec("tpu", "data", multi_process=False, synchronous=True, loss_scaling=False, backup="keras",
+                 device_rule="tpu", replica_count="one per TPU core", builder=_build_tpu, in_pipeline=False),
+)
+#: Every strategy by name, in the order users read them.
+REGISTRY: dict[str, StrategySpec] = {spec.name: spec for spec in _SPECS}
+#: The name of undistributed training (``train-normal``).
+NORMAL_STRATEGY = "default"
+#: Names ``--strategy`` accepts.
+STRATEGY_NAMES = tuple(REGISTRY)
+#: Names ``distributed.strategies`` accepts (one train-distributed stage each).
+PIPELINE_STRATEGIES = tuple(name for name, spec in REGISTRY.items() if spec.in_pipeline)
+#: What the default pipeline compares with normal training: every data-parallel strategy it can run.
+DEFAULT_PIPELINE = tuple(name for name in PIPELINE_STRATEGIES if REGISTRY[name].paradigm == "data")
+
+
+def get_spec(name: Any) -> StrategySpec:
+    """The record of strategy ``name`` (case-insensitive).
+
+    Raises:
+        StrategyError: naming the value and the choices (YAML may turn ``off`` into
+            ``False``: non-strings are refused too).
+    """
+    if not isinstance(name, str) or name.lower() not in REGISTRY:
+        raise StrategyError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+    return REGISTRY[name.lower()]
+
+
+def make_strategy(name: Any, devices: int = 2, task: ClusterTask | None = None) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+    """Build the strategy called ``name``.
+
+    Args:
+        name: one of :data:`STRATEGY_NAMES`.
+        devices: logical CPU devices for the ``split`` strategies when no GPU exists.
+        task: this process's task in a cluster, for the multi-process strategies;
+            MultiWorkerMirrored without one runs as a single worker, ParameterServer needs one.
+
+    Raises:
+        StrategyError: ``name`` is not a known strategy, or needs hardware or a
+            cluster that is absent.
+    """
+    return get_spec(name).build(devices, task)

@@ -1,0 +1,52 @@
+"""The private TensorFlow APIs tfdist relies on (all in tfdist.tf_private) still do what it needs.
+
+If a TensorFlow or tf_keras upgrade moves or changes one, this fails first, naming it.
+"""
+
+import subprocess
+import sys
+
+from tfdist.runtime import keras, tf
+from tfdist.tf_private import tracing_count, untracked
+
+
+def test_untracked_attributes_are_neither_weights_nor_dependencies():
+    class Holder(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+            self._hold((keras.metrics.Mean(name="held"),))
+
+        @untracked
+        def _hold(self, metrics):
+            self.held = metrics
+
+        def call(self, x):
+            return self.dense(x)
+
+    layer = Holder()
+    layer(tf.zeros((1, 3)))
+    assert len(layer.weights) == 2, "only the Dense kernel and bias"
+    assert isinstance(layer.held, tuple) and layer.held[0].name == "held"
+
+
+def test_tracing_count_counts_traces_of_a_tf_function():
+    @tf.function
+    def double(x):
+        return 2 * x
+
+    assert tracing_count(double) == 0
+    double(tf.constant(1.0))
+    double(tf.constant(2.0))
+    assert tracing_count(double) == 1
+    double(tf.constant([1.0, 2.0]))
+    assert tracing_count(double) == 2
+    assert tracing_count(lambda: None) == 0 and tracing_count(None) == 0
+
+
+def test_resetting_the_eager_context_leaves_tensorflow_usable():
+    code = ("from tfdist.tf_private import reset_eager_context\nfrom tfdist.runtime import tf\n"
+            "tf.constant(1.0) + 1\nreset_eager_context()\nprint(int(tf.constant(2) + 1))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "3"

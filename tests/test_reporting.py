@@ -3,15 +3,13 @@ import re
 
 import pytest
 
+from tfdist.comparison import build_comparison
 from tfdist.errors import InputError
-from tfdist.report_pages import plot_figures, render_html, render_markdown
-from tfdist.reporting import build_comparison, run_label
+from tfdist.hardware import Hardware
+from tfdist.report_render import plot_figures, render_html, render_markdown
+from tfdist.reports import run_label
 
-
-def train_report(strategy, seconds, replicas=1, devices=("/cpu:0",)):
-    return {"strategy": strategy, "strategy_class": "X", "replicas": replicas, "devices": list(devices),
-            "global_batch_size": 25 * replicas, "learning_rate": 0.001, "epochs": 2, "train_seconds": seconds,
-            "samples_per_second": 1000 / seconds, "mlflow_run_id": f"id-{strategy}"}
+from conftest import eval_report, train_report
 
 
 def history():
@@ -21,7 +19,7 @@ def history():
 def test_speedup_and_accuracy_delta_are_relative_to_normal():
     comparison = build_comparison(
         {"normal": train_report("default", 10.0), "mirrored": train_report("mirrored", 20.0, 2, ["/cpu:0", "/cpu:1"])},
-        {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.94, "loss": 0.3}},
+        {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.94, 0.3)},
     )
     mirrored = comparison["runs"]["mirrored"]
     assert mirrored["speedup"] == pytest.approx(0.5)
@@ -35,7 +33,7 @@ def test_a_real_speedup_is_called_one():
     comparison = build_comparison(
         {"normal": train_report("default", 10.0),
          "mirrored": train_report("mirrored", 4.0, 4, [f"/gpu:{i}" for i in range(4)])},
-        {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.95, "loss": 0.2}},
+        {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.95, 0.2)},
     )
     assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.50x as fast")
     assert "4 replicas on /gpu:0" in comparison["verdict"]
@@ -43,13 +41,13 @@ def test_a_real_speedup_is_called_one():
 
 def test_comparison_needs_the_normal_run():
     with pytest.raises(InputError, match="needs the 'normal' run"):
-        build_comparison({"mirrored": train_report("mirrored", 1.0)}, {"mirrored": {"accuracy": 1, "loss": 0}})
+        build_comparison({"mirrored": train_report("mirrored", 1.0)}, {"mirrored": eval_report("mirrored", 1, 0)})
 
 
 def test_markdown_and_figures(tmp_path):
     comparison = build_comparison(
         {"normal": train_report("default", 10.0), "central_storage": train_report("central_storage", 9.5, 2)},
-        {"normal": {"accuracy": 0.95, "loss": 0.2}, "central_storage": {"accuracy": 0.951, "loss": 0.2}},
+        {"normal": eval_report("normal", 0.95, 0.2), "central_storage": eval_report("central_storage", 0.951, 0.2)},
     )
     markdown = render_markdown(comparison)
     assert "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 |" in markdown
@@ -62,14 +60,14 @@ def test_markdown_and_figures(tmp_path):
 
 
 def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynchronous():
-    ps = {**train_report("parameter_server", 30.0, 1, ["/job:worker/task:0", "/job:worker/task:1"]),
-          "workers": 2, "ps": 1, "synchronous": False, "loop": "custom", "precision": "mixed_bfloat16",
-          "precision_can_be_faster": False}
-    mwms = {**train_report("multi_worker_mirrored", 25.0, 2, ["/job:worker/task:0", "/job:worker/task:1"]),
-            "workers": 2, "ps": 0, "synchronous": True, "learning_rate": 0.002}
+    ps = train_report("parameter_server", 30.0, 1, ["/job:worker/task:0", "/job:worker/task:1"], workers=2, ps=1,
+                      synchronous=False, loop="custom", precision="mixed_bfloat16",
+                      precision_can_be_faster=False)
+    mwms = train_report("multi_worker_mirrored", 25.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2, ps=0,
+                        synchronous=True, learning_rate=0.002)
     comparison = build_comparison(
         {"normal": train_report("default", 10.0), "parameter_server": ps, "multi_worker_mirrored": mwms},
-        {name: {"accuracy": 0.95, "loss": 0.2} for name in ("normal", "parameter_server", "multi_worker_mirrored")},
+        {name: eval_report(name, 0.95, 0.2) for name in ("normal", "parameter_server", "multi_worker_mirrored")},
     )
     markdown = render_markdown(comparison)
     assert "| parameter_server | parameter_server | custom | mixed_bfloat16 | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
@@ -80,12 +78,12 @@ def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynch
 
 
 def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
-    normal = {**train_report("default", 3.0), "epochs": 10, "steady_epoch_seconds": 0.1,
-              "first_epoch_overhead_seconds": 0.9, "steady_samples_per_second": 36000}
-    mirrored = {**train_report("mirrored", 4.0, 2, ["/gpu:0", "/gpu:1"]), "epochs": 10, "steady_epoch_seconds": 0.05,
-                "first_epoch_overhead_seconds": 2.5, "steady_samples_per_second": 72000}
+    normal = train_report("default", 3.0, epochs=10, steady_epoch_seconds=0.1,
+              first_epoch_overhead_seconds=0.9, steady_samples_per_second=36000)
+    mirrored = train_report("mirrored", 4.0, 2, ["/gpu:0", "/gpu:1"], epochs=10, steady_epoch_seconds=0.05,
+                first_epoch_overhead_seconds=2.5, steady_samples_per_second=72000)
     comparison = build_comparison({"normal": normal, "mirrored": mirrored},
-                                  {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": 0.95, "loss": 0.2}})
+                                  {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.95, 0.2)})
     row = comparison["runs"]["mirrored"]
     assert row["speedup"] == pytest.approx(2.0) and row["wall_speedup"] == pytest.approx(0.75)
     assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
@@ -95,27 +93,27 @@ def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
 
 def test_run_labels_say_what_differs():
     assert run_label("mirrored", "mirrored", 2, 1, 0, "fit", "float32") == "mirrored ×2 · fit · float32"
-    assert run_label("normal", "default", 1, 1, 0, "custom", "mixed_bfloat16") == "normal · custom · mixed_bfloat16"
+    assert run_label("normal", "default", 1, 1, 0, "custom", "mixed_bfloat16", distributes=False) == (
+        "normal · custom · mixed_bfloat16")
     assert run_label("parameter_server", "parameter_server", 1, 2, 1, "fit", "float32", "global_norm") == (
         "parameter_server 2w+1ps · fit · float32 · clip global_norm")
     assert run_label("big", "mirrored", 4, 1, 0, "fit", "float32") == "big (mirrored ×4) · fit · float32"
-    assert run_label("try", "default", 1, 1, 0, "fit", "float32") == "try · fit · float32"
+    assert run_label("try", "default", 1, 1, 0, "fit", "float32", distributes=False) == "try · fit · float32"
 
 
 def scaled_runs(mirrored_sps, accuracy=0.95):
     """normal: 25 examples per 25 ms step; mirrored: 2 replicas; parameter_server: 2 workers at 500 samples/s."""
-    normal = {**train_report("default", 10.0), "steady_samples_per_second": 1000.0,
-              "precision_support": {"mixed_bfloat16": {"can_be_faster": True, "reason": "the CPU has avx512_bf16"},
-                                    "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}}}
-    mirrored = {**train_report("mirrored", 10.0, 2, ["/cpu:0", "/cpu:1"]), "steady_samples_per_second": mirrored_sps,
-                "steady_epoch_seconds": 5 * 1000 / mirrored_sps}
-    ps = {**train_report("parameter_server", 30.0, 1, ["/job:worker/task:0"]), "workers": 2, "ps": 1,
-          "synchronous": False, "steady_samples_per_second": 500.0, "steady_epoch_seconds": 10.0}
-    normal["steady_epoch_seconds"] = 5.0
+    normal = train_report("default", 10.0, steady_samples_per_second=1000.0, steady_epoch_seconds=5.0,
+                          precision_support={"mixed_bfloat16": {"can_be_faster": True, "reason": "the CPU has avx512_bf16"},
+                                             "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}})
+    mirrored = train_report("mirrored", 10.0, 2, ["/cpu:0", "/cpu:1"], steady_samples_per_second=mirrored_sps,
+                            steady_epoch_seconds=5 * 1000 / mirrored_sps)
+    ps = train_report("parameter_server", 30.0, 1, ["/job:worker/task:0"], workers=2, ps=1,
+                      synchronous=False, steady_samples_per_second=500.0, steady_epoch_seconds=10.0)
     return build_comparison(
         {"normal": normal, "mirrored": mirrored, "parameter_server": ps},
-        {"normal": {"accuracy": 0.95, "loss": 0.2}, "mirrored": {"accuracy": accuracy, "loss": 0.2},
-         "parameter_server": {"accuracy": 0.95, "loss": 0.2}},
+        {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", accuracy),
+         "parameter_server": eval_report("parameter_server", 0.95, 0.2)},
     )
 
 
@@ -148,10 +146,10 @@ def test_advice_names_a_faster_strategy_and_its_accuracy_cost():
 
 
 def test_precision_advice_without_fast_hardware_says_where_it_pays():
-    runs = {"normal": {**train_report("default", 10.0), "precision": "mixed_float16", "precision_support": {
+    runs = {"normal": train_report("default", 10.0, precision="mixed_float16", precision_support={
         "mixed_bfloat16": {"can_be_faster": False, "reason": "no AVX512-BF16"},
-        "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}}}}
-    text = build_comparison(runs, {"normal": {"accuracy": 0.9, "loss": 0.3}})["advice"]["precision"]
+        "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}})}
+    text = build_comparison(runs, {"normal": eval_report("normal", 0.9, 0.3)})["advice"]["precision"]
     assert text.startswith("These runs used mixed_float16, which no unit here computes faster than float32")
     assert "Mixed precision would not pay off on this machine: no GPU; no AVX512-BF16." in text
 
@@ -169,3 +167,20 @@ def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):
         assert f">{html.escape(heading)}</h" in page
     assert "<td>mirrored</td>" in page and "Train without distribution" in page
     assert "<strong>Here:</strong>" in page and "<code>dvc exp run -S train.precision=mixed_bfloat16" in page
+
+
+def test_the_verdict_reasons_from_the_hardware_where_training_ran_not_where_compare_runs():
+    cluster = Hardware(["gpu-node-1", "gpu-node-2"], 64, "Xeon", ["GPU"], ["NVIDIA A100"])
+    mwms = train_report("multi_worker_mirrored", 5.0, 8, [f"/job:worker/task:{i}" for i in range(2)], workers=2,
+                        hardware=cluster)
+    comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": mwms},
+                                  {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
+    assert "shared" not in comparison["verdict"]
+    assert "It ran 2 workers on 2 machines (gpu-node-1, gpu-node-2), 8 replicas in all" in comparison["verdict"]
+    assert comparison["runs"]["multi_worker_mirrored"]["hosts"] == ["gpu-node-1", "gpu-node-2"]
+
+    local = train_report("multi_worker_mirrored", 20.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
+                         hardware=Hardware(["laptop"], 12, "i7", ["CPU"], []))
+    comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": local},
+                                  {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
+    assert "Its 2 worker processes shared the same 12 CPU cores of one machine" in comparison["verdict"]

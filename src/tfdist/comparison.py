@@ -1,20 +1,19 @@
 """The comparison's numbers and words: every run side by side, the verdict, the advice.
 
-Reads the train and eval reports the earlier stages wrote, so it needs
-neither TensorFlow nor MLflow. :mod:`tfdist.report_pages` lays it out as
-markdown, HTML and figures.
+Computes; does not lay out (:mod:`tfdist.report_render` renders it as
+markdown, HTML and figures). Reads the typed train and eval reports the
+earlier stages wrote, so it needs neither TensorFlow nor MLflow, and reasons
+about hardware from what each report recorded where training ran.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
-from pathlib import Path
+import dataclasses
 from typing import Any
 
 from tfdist.config import MIXED_PRECISIONS
 from tfdist.errors import InputError
+from tfdist.reports import EvalReport, TrainReport
 
 NORMAL = "normal"
 # Below this ratio either way, a speed difference is within run-to-run noise.
@@ -25,39 +24,8 @@ _ACCURACY_LOSS_POINTS = 1.0
 PROJECTED_DEVICES = (4, 8)
 
 
-def run_label(name: str, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
-              clip: str = "none") -> str:
-    """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
-
-    The scale is the replicas in sync, or workers and parameter servers; the
-    strategy is named apart when the run's name is not the strategy's (and it distributes).
-    """
-    scale = f" {workers}w+{ps}ps" if ps else (f" ×{replicas}" if replicas > 1 else "")
-    head = f"{name}{scale}" if name == strategy or strategy == "default" else f"{name} ({strategy}{scale})"
-    return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else [])])
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """Read one report, naming the file and the stage to run when it is missing."""
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path} not found; run the stages that write it (dvc repro)") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path} is not valid JSON ({err}); rerun the stage that writes it") from None
-
-
-def read_history(path: Path) -> list[dict[str, float]]:
-    """Read a per-epoch history CSV written by the train stage."""
-    try:
-        with open(path, newline="") as handle:
-            return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
-    except FileNotFoundError:
-        raise InputError(f"{path} not found; run the train stage (dvc repro)") from None
-
-
-def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dict[str, Any]:
-    """Rows for every run (``normal`` first) plus the verdict.
+def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalReport]) -> dict[str, Any]:
+    """Rows for every run (``normal`` first) plus the verdict, the advice and the scaling projection.
 
     Args:
         train: train report per run name; must include ``normal``.
@@ -65,63 +33,60 @@ def build_comparison(train: dict[str, dict], evaluation: dict[str, dict]) -> dic
     """
     if NORMAL not in train:
         raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
-    base = train[NORMAL]
-    base_accuracy = evaluation[NORMAL]["accuracy"]
-    rows = []
-    for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]:
-        report, result = train[name], evaluation[name]
-        rows.append({
-            "name": name,
-            "strategy": report["strategy"],
-            "strategy_class": report["strategy_class"],
-            "loop": report.get("loop", "fit"),
-            "precision": report.get("precision", "float32"),
-            "clip": report.get("clip_method", "none"),
-            "precision_can_be_faster": report.get("precision_can_be_faster", True),
-            "synchronous": report.get("synchronous", True),
-            "replicas": report["replicas"],
-            "workers": report.get("workers", 1),
-            "ps": report.get("ps", 0),
-            "processes": _processes(report),
-            "devices": report["devices"],
-            "global_batch_size": report["global_batch_size"],
-            "learning_rate": report["learning_rate"],
-            "lr_scaling": report.get("lr_scaling", "none"),
-            "warmup_steps": report.get("warmup_steps", 0),
-            "epochs": report["epochs"],
-            "train_seconds": report["train_seconds"],
-            "samples_per_second": report.get("steady_samples_per_second", report["samples_per_second"]),
-            "steady_epoch_seconds": _steady(report),
-            "first_epoch_overhead_seconds": report.get("first_epoch_overhead_seconds", 0.0),
-            "startup_seconds": report.get("startup_seconds"),
-            "speedup": _steady(base) / _steady(report),
-            "wall_speedup": base["train_seconds"] / report["train_seconds"],
-            "test_accuracy": result["accuracy"],
-            "test_loss": result["loss"],
-            "accuracy_delta_points": 100 * (result["accuracy"] - base_accuracy),
-            "mlflow_run_id": report.get("mlflow_run_id"),
-            "run_label": report.get("run_label", name),
-        })
-    support = base.get("precision_support", {})
+    base, base_accuracy = train[NORMAL], evaluation[NORMAL].accuracy
+    rows = [_row(train[name], evaluation[name], base, base_accuracy)
+            for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]]
+    support = {name: dataclasses.asdict(found) for name, found in base.precision_support.items()}
     projections = scaling(rows)
     return {
         "verdict": verdict(rows),
         "advice": advice(rows, projections, support),
         "scaling": projections,
         "precision_support": support,
-        "cpu_count": os.cpu_count(),
+        "cpu_count": base.hardware.cpu_cores,
         "runs": {row["name"]: row for row in rows},
     }
 
 
-def _steady(report: dict[str, Any]) -> float:
-    """Steady-state seconds per epoch; reports from before it was measured fall back to the mean."""
-    return report.get("steady_epoch_seconds") or report["train_seconds"] / report["epochs"]
-
-
-def _processes(report: dict[str, Any]) -> str:
-    workers, ps = report.get("workers", 1), report.get("ps", 0)
-    return f"{workers} + {ps}" if ps else str(workers)
+def _row(report: TrainReport, result: EvalReport, base: TrainReport, base_accuracy: float) -> dict[str, Any]:
+    """One run's line of the comparison: its setup, its costs, and how it compares with normal training."""
+    return {
+        "name": report.name,
+        "strategy": report.strategy,
+        "paradigm": report.paradigm,
+        "strategy_class": report.strategy_class,
+        "loop": report.loop,
+        "precision": report.precision,
+        "clip": report.clip_method,
+        "precision_can_be_faster": report.precision_can_be_faster,
+        "synchronous": report.synchronous,
+        "replicas": report.replicas,
+        "workers": report.workers,
+        "ps": report.ps,
+        "processes": f"{report.workers} + {report.ps}" if report.ps else str(report.workers),
+        "devices": report.devices,
+        "hosts": report.hardware.hosts,
+        "device_kinds": report.hardware.device_kinds,
+        "cpu_cores": report.hardware.cpu_cores,
+        "shared_cpu": report.hardware.shared_cpu,
+        "global_batch_size": report.global_batch_size,
+        "learning_rate": report.learning_rate,
+        "lr_scaling": report.lr_scaling,
+        "warmup_steps": report.warmup_steps,
+        "epochs": report.epochs,
+        "train_seconds": report.train_seconds,
+        "samples_per_second": report.steady_samples_per_second,
+        "steady_epoch_seconds": report.steady_epoch_seconds,
+        "first_epoch_overhead_seconds": report.first_epoch_overhead_seconds,
+        "startup_seconds": report.startup_seconds,
+        "speedup": base.steady_epoch_seconds / report.steady_epoch_seconds,
+        "wall_speedup": base.train_seconds / report.train_seconds,
+        "test_accuracy": result.accuracy,
+        "test_loss": result.loss,
+        "accuracy_delta_points": 100 * (result.accuracy - base_accuracy),
+        "mlflow_run_id": report.mlflow_run_id,
+        "run_label": report.run_label,
+    }
 
 
 def verdict(rows: list[dict[str, Any]]) -> str:
@@ -146,23 +111,24 @@ def verdict(rows: list[dict[str, Any]]) -> str:
 
 
 def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:
-    devices = best["devices"]
-    on_cpus = not any("gpu" in d.lower() for d in devices)
-    if on_cpus and best["workers"] > 1:
+    """Why the best run went as fast as it did, from the hardware its report recorded where it trained."""
+    cores = best["cpu_cores"]
+    if best["shared_cpu"] and best["workers"] > 1:
         servers = f" and {best['ps']} parameter server(s)" if best["ps"] else ""
-        return (f"Its {best['workers']} worker processes{servers} shared the same {os.cpu_count()} CPU cores when run "
-                "locally, so they add no compute, while every step pays for gRPC traffic between the processes "
+        return (f"Its {best['workers']} worker processes{servers} shared the same {cores} CPU cores of one machine, "
+                "so they add no compute, while every step pays for gRPC traffic between the processes "
                 "(all-reduce, or pushing updates to the ps); distribution pays with separate machines or GPUs.")
-    if on_cpus and best["replicas"] > 1:
+    if best["shared_cpu"] and best["replicas"] > 1:
         return (f"Its {best['replicas']} replicas are logical devices carved out of the same "
-                f"{os.cpu_count()} CPU cores, so they add no compute, while every step pays for "
+                f"{cores} CPU cores, so they add no compute, while every step pays for "
                 "splitting the batch and combining gradients; distribution pays with separate GPUs or machines.")
+    if best["workers"] > 1 and len(best["hosts"]) > 1:
+        return (f"It ran {best['workers']} workers on {len(best['hosts'])} machines ({', '.join(best['hosts'])}), "
+                f"{best['replicas']} replicas in all, each taking part of a {best['global_batch_size']}-example global batch.")
     if best["replicas"] > normal["replicas"]:
-        return (f"It ran {best['replicas']} replicas on {', '.join(devices)}, each taking "
+        return (f"It ran {best['replicas']} replicas on {', '.join(best['devices'])}, each taking "
                 f"1/{best['replicas']} of a {best['global_batch_size']}-example global batch.")
     return "It ran one replica, so it could only add overhead."
-
-
 
 
 def scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -209,7 +175,7 @@ def _use_advice(rows: list[dict[str, Any]]) -> str:
     if best["speedup"] < 1 + _NOISE:
         return (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
                 f"the closest, {best['name']}, ran at {best['speedup']:.2f}x. Distribution spends time coordinating "
-                f"replicas that, here, share {os.cpu_count()} CPU cores instead of adding compute.")
+                f"replicas that, here, share {rows[0]['cpu_cores']} CPU cores instead of adding compute.")
     text = (f"Use {best['name']}: it trained {best['speedup']:.2f}x as fast as normal training at steady state, "
             f"with test accuracy {best['accuracy_delta_points']:+.1f} points.")
     if best["accuracy_delta_points"] < -_ACCURACY_LOSS_POINTS:

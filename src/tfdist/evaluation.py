@@ -1,12 +1,37 @@
-"""Test-set metrics and the confusion matrix of a trained model."""
+"""The evaluate stage: test-set metrics and the confusion matrix of a trained model, onto its MLflow run."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tfdist.data import CLASSES, Digits
+from tfdist import tracking
+from tfdist.config import Config
+from tfdist.data import CLASSES, Digits, load_split
+from tfdist.reports import EvalReport, TrainReport, from_dict, read_report
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(config: Config, name: str, prepared_dir: Path, model_dir: Path, train_report: Path
+             ) -> tuple[EvalReport, np.ndarray, np.ndarray]:
+    """Evaluate model ``name`` on the test split and log the result onto its training run.
+
+    Returns:
+        The eval report, the true labels and the predicted labels.
+    """
+    test = load_split(prepared_dir, "test")
+    run_id = read_report(train_report, TrainReport).mlflow_run_id
+    tracking.configure(config.mlflow)
+    model = tracking.load_model(model_dir)
+    metrics, predicted = evaluate_model(model, test)
+    if run_id:
+        tracking.log_metrics({"test_loss": metrics["loss"], "test_accuracy": metrics["accuracy"]}, run_id=run_id)
+    log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, metrics["accuracy"], metrics["loss"], len(test))
+    return from_dict(EvalReport, {"name": name, **metrics}, name), test.y, predicted
 
 
 def evaluate_predictions(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The comparison laid out for people: one document, as GitHub markdown and as a self-contained HTML page.
+"""Renders the comparison (computed by :mod:`tfdist.comparison`) for people: markdown, HTML, figures.
 
 The document is a list of blocks (headings, paragraphs, lists, tables,
 figures) built once from the comparison, so the markdown and the HTML say
@@ -13,6 +13,8 @@ import html
 import re
 from pathlib import Path
 from typing import Any
+
+from matplotlib.figure import Figure  # pyplot-free: files only, no display or backend needed
 
 from tfdist import atomic
 
@@ -206,34 +208,32 @@ def render_html(comparison: dict[str, Any], base_dir: Path) -> str:
 
 def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
     """Throughput bars, accuracy against time, and loss curves overlaid; returns the PNGs."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on servers and CI
-    import matplotlib.pyplot as plt
-
     rows = list(comparison["runs"].values())
     names = [r["name"] for r in rows]
     out_dir.mkdir(parents=True, exist_ok=True)
     throughput_png, accuracy_png, loss_png = (out_dir / name for name, _ in FIGURES)
     paths = []
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    left, right = fig.subplots(1, 2)
     left.bar(names, [r["samples_per_second"] for r in rows], color="tab:blue")
     left.set(title="Training throughput", ylabel="samples / s")
     right.bar(names, [r["train_seconds"] for r in rows], color="tab:orange")
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):
         axis.tick_params(axis="x", rotation=30)
-    paths.append(_save(plt, fig, throughput_png))
+    paths.append(_save(fig, throughput_png))
 
-    fig, axis = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    axis = fig.subplots()
     for row in rows:
         axis.scatter(row["train_seconds"], row["test_accuracy"])
         axis.annotate(row["name"], (row["train_seconds"], row["test_accuracy"]), textcoords="offset points", xytext=(5, 5))
     axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
-    paths.append(_save(plt, fig, accuracy_png))
+    paths.append(_save(fig, accuracy_png))
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig = Figure(figsize=(10, 4))
+    left, right = fig.subplots(1, 2, sharey=True)
     for name in names:
         epochs = [h["epoch"] for h in histories[name]]
         left.plot(epochs, [h["loss"] for h in histories[name]], marker="o", label=name)
@@ -242,13 +242,12 @@ def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], o
     left.set(title="Training loss", xlabel="epoch", ylabel="loss")
     right.set(title="Validation loss", xlabel="epoch")
     left.legend()
-    paths.append(_save(plt, fig, loss_png))
+    paths.append(_save(fig, loss_png))
     return paths
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
     return path

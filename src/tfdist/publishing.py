@@ -1,0 +1,77 @@
+"""The compare stage: read every run's reports, compare them, write the report files, log the compare run.
+
+:mod:`tfdist.comparison` computes the comparison, :mod:`tfdist.report_render`
+lays it out; this module joins them with the files DVC tracks and with MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tfdist import atomic, tracking
+from tfdist.comparison import build_comparison
+from tfdist.config import Config
+from tfdist.report_render import plot_figures, render_html, render_markdown
+from tfdist.reports import EvalReport, TrainReport, read_history, read_report
+
+log = logging.getLogger(__name__)
+
+
+#: Per-epoch columns the compare stage gathers from every run for ``dvc plots``.
+CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
+#: What ``dvc exp show`` lists per run (reports/compare/metrics.json): the numbers a decision rests on.
+HEADLINE_METRICS = ("samples_per_second", "speedup", "test_accuracy")
+
+
+def compare(config: Config, names: list[str], train_dir: Path, eval_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """Compare runs ``names`` into ``out_dir`` and log a compare run linking them.
+
+    Writes compare.json (everything), compare.md and compare.html (the same
+    report), figures/, metrics.json (the headline numbers, for ``dvc exp
+    show``) and curves.csv (every run's epochs, for ``dvc plots``).
+    """
+    train_reports = {n: read_report(train_dir / f"{n}.json", TrainReport) for n in names}
+    eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
+    histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
+    comparison = build_comparison(train_reports, eval_reports)
+    with atomic.atomic_path(out_dir) as tmp:
+        figures = plot_figures(comparison, histories, tmp / "figures")
+        atomic.write_json(tmp / "compare.json", comparison)
+        atomic.write_json(tmp / "metrics.json", {
+            name: {key: round(row[key], 4) for key in HEADLINE_METRICS} for name, row in comparison["runs"].items()
+        })
+        curves = [{"run": name, **row, "epoch": int(row["epoch"])} for name in names for row in histories[name]]
+        atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS))
+        atomic.write_text(tmp / "compare.md", render_markdown(comparison))
+        atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
+        _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
+    log.info("%s", comparison["verdict"])
+    return comparison
+
+
+def _track_comparison(config: Config, comparison: dict, files: list[Path], figures: list[Path]) -> None:
+    """The compare run: its report, its figures, and a link to every run it compared (tags and description)."""
+    experiment_id = tracking.configure(config.mlflow)
+    runs = comparison["runs"]
+    params = {"compared": ",".join(runs), "cpu_count": comparison["cpu_count"]}
+    links = [
+        f"- [{row['run_label']}](#/experiments/{experiment_id}/runs/{row['mlflow_run_id']}): "
+        f"{row['speedup']:.2f}x, test accuracy {row['test_accuracy']:.4f}"
+        for row in runs.values() if row["mlflow_run_id"]
+    ]
+    tags = {
+        "stage": "compare",
+        tracking.EXECUTION_TAG: tracking.execution_id(config),
+        **{f"compared.{name}": row["mlflow_run_id"] for name, row in runs.items() if row["mlflow_run_id"]},
+        "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
+    }
+    with tracking.start_run("compare", params, tags):
+        tracking.log_metrics({
+            f"{name}.{key}": row[key]
+            for name, row in runs.items()
+            for key in ("train_seconds", "samples_per_second", "speedup", "test_accuracy")
+        })
+        tracking.log_artifacts(files)
+        tracking.log_artifacts(figures, "figures")

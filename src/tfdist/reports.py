@@ -1,0 +1,248 @@
+"""What the stages hand each other, typed: one schema for the writer, every reader and the tests.
+
+The train stage writes a :class:`TrainReport` per run (``reports/train/NAME.json``)
+and its per-epoch history (``history/NAME.csv``); the evaluate stage an
+:class:`EvalReport`. Reading is strict: a report with a field missing, an
+unknown field, or a value of the wrong type is refused with the file and the
+field named, so a reader never silently runs on a default.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tfdist import atomic
+from tfdist.errors import InputError
+from tfdist.hardware import Hardware
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a run reads and writes.
+
+    Attributes:
+        prepared: the prepared data folder (train/val/test.npz).
+        model: the folder that receives the saved model.
+        backups: the root of per-run backups (resume after a crash).
+    """
+
+    prepared: Path
+    model: Path
+    backups: Path
+
+
+@dataclass(frozen=True)
+class PrecisionSupport:
+    """Whether a mixed precision can be faster than float32 where training ran, and why."""
+
+    can_be_faster: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What one training run did and cost (``reports/train/NAME.json``).
+
+    Attributes:
+        name: the run name (``normal``, a strategy's name, or any plain name).
+        strategy: the registry name of its strategy; ``paradigm`` its kind
+            of parallelism (``none``, ``data``).
+        strategy_class, replicas, devices, workers, ps, synchronous: what the
+            strategy resolved to (:class:`tfdist.strategies.StrategyInfo`).
+        loop, precision, clip_method, clip_value, lr_scaling: the knobs that shaped the run.
+        precision_can_be_faster: whether its precision has a faster unit here.
+        precision_support: the same, for each mixed precision.
+        run_label: its MLflow run name.
+        global_batch_size, base_learning_rate, learning_rate, warmup_steps,
+            steps_per_epoch: batch and optimiser as trained.
+        epochs, resumed_at_epoch: epochs in the history; epochs restored from a backup.
+        traces: times each step function was traced.
+        train_seconds, samples_per_second: wall time of ``fit`` and mean throughput.
+        steady_epoch_seconds, first_epoch_overhead_seconds, steady_samples_per_second:
+            steady state (epochs after the first) and what the first cost more.
+        startup_seconds: process start to ``fit`` (None where unknown).
+        loss, accuracy, val_loss, val_accuracy: the last epoch's.
+        weights_sha256: digest of the trained weights (equal digests: identical weights).
+        mlflow_run_id: the run holding it in MLflow ("" when not tracked).
+        tensorflow: TensorFlow's version.
+        hardware: where training ran.
+    """
+
+    name: str
+    strategy: str
+    paradigm: str
+    strategy_class: str
+    replicas: int
+    devices: list[str]
+    workers: int
+    ps: int
+    synchronous: bool
+    loop: str
+    precision: str
+    precision_can_be_faster: bool
+    precision_support: dict[str, PrecisionSupport]
+    run_label: str
+    clip_method: str
+    clip_value: float
+    global_batch_size: int
+    lr_scaling: str
+    base_learning_rate: float
+    learning_rate: float
+    warmup_steps: int
+    epochs: int
+    resumed_at_epoch: int
+    steps_per_epoch: int
+    traces: dict[str, int]
+    train_seconds: float
+    samples_per_second: float
+    steady_epoch_seconds: float
+    first_epoch_overhead_seconds: float
+    steady_samples_per_second: float
+    startup_seconds: float | None
+    loss: float
+    accuracy: float
+    val_loss: float
+    val_accuracy: float
+    weights_sha256: str
+    mlflow_run_id: str
+    tensorflow: str
+    hardware: Hardware
+
+
+@dataclass(frozen=True)
+class ClassMetrics:
+    """Precision, recall and support of one digit class on the test split."""
+
+    precision: float
+    recall: float
+    support: int
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """A model's results on the test split (``reports/eval/NAME.json``)."""
+
+    name: str
+    loss: float
+    accuracy: float
+    samples: int
+    per_class: dict[str, ClassMetrics] = field(default_factory=dict)
+
+
+def to_dict(report: Any) -> dict[str, Any]:
+    """The report as JSON-ready data, fields in their declared order."""
+    return dataclasses.asdict(report)
+
+
+def write_report(path: Path | str, report: Any) -> None:
+    """Write a report atomically as indented JSON."""
+    atomic.write_json(path, to_dict(report))
+
+
+def read_report(path: Path | str, kind: type[T]) -> T:
+    """Read and check one report of dataclass ``kind``.
+
+    Raises:
+        InputError: the file is missing, not JSON, or does not match the schema
+            (the field is named); the message says which stage to run.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path} not found; run the stages that write it (dvc repro)") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path} is not valid JSON ({err}); rerun the stage that writes it") from None
+    return from_dict(kind, data, str(path))
+
+
+def from_dict(kind: type[T], data: Any, source: str) -> T:
+    """Build dataclass ``kind`` from JSON data, checking every field (see :func:`read_report`)."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a JSON object for {kind.__name__}; rerun the stage that writes it")
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = sorted(set(data) - set(fields))
+    missing = [name for name, f in fields.items() if name not in data and _required(f)]
+    if unknown or missing:
+        problem = "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
+                                          unknown and f"unknown {', '.join(unknown)}"]))
+        raise InputError(f"{source}: not a {kind.__name__} ({problem}); rerun the stage that writes it (dvc repro)")
+    hints = typing.get_type_hints(kind)
+    values = {name: _value(hints[name], data[name], f"{source}: {name}") for name in fields if name in data}
+    return kind(**values)
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _value(kind: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if dataclasses.is_dataclass(kind):
+        return from_dict(kind, value, where)
+    if origin is dict and isinstance(value, dict):
+        return {str(k): _value(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if origin is list and isinstance(value, list):
+        return [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is typing.Union or type(kind).__name__ == "UnionType":
+        if value is None and type(None) in args:
+            return None
+        return _value(next(a for a in args if a is not type(None)), value, where)
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(kind, type) and isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise InputError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}; rerun the stage that writes it")
+
+
+EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")
+#: Per-epoch columns only the custom loop's train step produces.
+CUSTOM_LOOP_COLUMNS = ("gradient_norm", "gradient_norm_max", "nonfinite_steps")
+
+
+def history_columns(history: list[dict[str, float]]) -> tuple[str, ...]:
+    """The columns of ``history`` rows, in a stable order."""
+    present = set(history[0]) if history else set()
+    return EPOCH_COLUMNS + tuple(column for column in CUSTOM_LOOP_COLUMNS if column in present)
+
+
+def write_history(path: Path | str, history: list[dict[str, float]]) -> None:
+    """Write a per-epoch history as CSV atomically, its columns in :func:`history_columns` order."""
+    atomic.write_csv(path, history, history_columns(history))
+
+
+def read_history(path: Path) -> list[dict[str, float]]:
+    """Read a per-epoch history CSV written by the train stage."""
+    try:
+        with open(path, newline="") as handle:
+            return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    except FileNotFoundError:
+        raise InputError(f"{path} not found; run the train stage (dvc repro)") from None
+
+
+def run_label(name: str, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
+              clip: str = "none", distributes: bool = True) -> str:
+    """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
+
+    The scale is the replicas in sync, or workers and parameter servers; the
+    strategy is named apart when the run's name is not the strategy's and it
+    ``distributes`` (undistributed training needs no strategy in its title).
+    """
+    scale = f" {workers}w+{ps}ps" if ps else (f" ×{replicas}" if replicas > 1 else "")
+    head = f"{name}{scale}" if name == strategy or not distributes else f"{name} ({strategy}{scale})"
+    return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else [])])
+
+
+@dataclass(frozen=True)
+class TrainOutputs:
+    """What the train stage writes: the report and the per-epoch history."""
+
+    report: TrainReport
+    history: list[dict[str, float]]

@@ -15,9 +15,7 @@ from typing import Any
 
 import click
 
-from tfdist.config import ConfigError
 from tfdist.errors import Interrupted, TfdistError
-from tfdist.strategies import StrategyError
 
 
 def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -47,9 +45,6 @@ def stage_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("error: interrupted by SIGINT", err=True)
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
-    except (ConfigError, StrategyError) as err:
-        click.echo(f"error: {err}", err=True)
-        raise click.exceptions.Exit(2) from None
     except TfdistError as err:
         click.echo(f"error: {err}", err=True)
         raise click.exceptions.Exit(err.exit_code) from None

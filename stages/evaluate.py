@@ -8,7 +8,9 @@ import click
 
 from stages._cli import config_options, stage_errors
 from tfdist import atomic
-from tfdist.config import load_config
+from tfdist.config import check_run_name, load_config
+from tfdist.evaluation import evaluate
+from tfdist.reports import write_report
 
 
 @click.command()
@@ -26,13 +28,12 @@ def main(params_path: Path, overrides: tuple[str, ...], name: str, data_dir: Pat
          train_reports: Path, reports_dir: Path) -> None:
     """Test loss, accuracy and per-class precision/recall of model NAME; log them to its MLflow run."""
     with stage_errors():
+        name = check_run_name(name)
         config = load_config(params_path, overrides)
-        from tfdist.pipeline import evaluate
-
         report, actual, predicted = evaluate(config, name, data_dir, models_dir / name, train_reports / f"{name}.json")
         rows = "".join(f"{a},{p}\n" for a, p in zip(actual, predicted, strict=True))
         atomic.write_text(reports_dir / "confusion" / f"{name}.csv", "actual,predicted\n" + rows)
-        atomic.write_json(reports_dir / f"{name}.json", report)
+        write_report(reports_dir / f"{name}.json", report)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import click
 from stages._cli import config_options, stage_errors
 from tfdist import atomic
 from tfdist.config import load_config
+from tfdist.data import preprocess
 
 
 @click.command()
@@ -21,8 +22,6 @@ def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: P
     """Load MNIST from data.source, normalise to [0, 1], split train/val/test by label."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        from tfdist.pipeline import preprocess
-
         atomic.write_json(report, preprocess(config, out_dir))
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from stages._cli import config_options, stage_errors
-from tfdist import atomic
-from tfdist.config import load_config
+from tfdist.config import check_run_name, load_config
+from tfdist.reports import RunPaths, write_history, write_report
+from tfdist.roles import train
 from tfdist.strategies import STRATEGY_NAMES
 
 
@@ -17,7 +18,8 @@ from tfdist.strategies import STRATEGY_NAMES
 @config_options
 @click.option("--strategy", default="default", show_default=True, metavar="NAME",
               help=f"tf.distribute strategy: {', '.join(STRATEGY_NAMES)}; 'default' is normal, undistributed training.")
-@click.option("--name", required=True, help="Run name: models/NAME, reports/train/NAME.json, the MLflow run name.")
+@click.option("--name", required=True,
+              help="Run name (letters, digits, _ . -): models/NAME, reports/train/NAME.json, the MLflow run's model_name.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
               help="Prepared data folder (from the preprocess stage).")
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default="models", show_default=True,
@@ -35,22 +37,19 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
     distributed.ps parameter servers) as local processes on 127.0.0.1.
     """
     with stage_errors():
+        name = check_run_name(name)
         config = load_config(params_path, overrides)
-        from tfdist.pipeline import train
-        from tfdist.training import history_columns
-
         launch = [
             sys.executable, "-m", "stages.train", "--params", str(params_path),
             *(arg for item in overrides for arg in ("--set", item)),
             "--strategy", strategy, "--name", name, "--data", str(data_dir),
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
         ]
-        outputs = train(config, strategy, name, data_dir, models_dir / name, launch, backups_dir)
+        outputs = train(config, strategy, name, RunPaths(data_dir, models_dir / name, backups_dir), launch)
         if outputs is None:
             return  # another process of the cluster writes the outputs
-        report, history = outputs
-        atomic.write_csv(reports_dir / "history" / f"{name}.csv", history, history_columns(history))
-        atomic.write_json(reports_dir / f"{name}.json", report)
+        write_history(reports_dir / "history" / f"{name}.csv", outputs.history)
+        write_report(reports_dir / f"{name}.json", outputs.report)
 
 
 if __name__ == "__main__":

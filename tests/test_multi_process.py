@@ -55,7 +55,7 @@ def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(wor
     report = json.loads((workdir / "reports" / "multi_worker_mirrored.json").read_text())
     assert (report["replicas"], report["workers"], report["ps"], report["synchronous"]) == (2, 2, 0, True)
     assert report["global_batch_size"] == 50
-    digests = dict(re.findall(r"\[(worker-\d)\] INFO tfdist.pipeline: worker-\d: final weights sha256 (\w+)", result.stderr))
+    digests = dict(re.findall(r"\[(worker-\d)\] INFO tfdist\.\w+: worker-\d: final weights sha256 (\w+)", result.stderr))
     assert set(digests) == {"worker-0", "worker-1"}, result.stderr[-3000:]
     assert digests["worker-0"] == digests["worker-1"] == report["weights_sha256"]
     assert accuracy_on_test(workdir, "multi_worker_mirrored") >= 0.8

@@ -54,7 +54,7 @@ def test_preprocess_usage_errors_exit_2_with_one_line_and_no_output(workdir, arg
     ("multi_worker_mirrored", "{oops",
      "error: TF_CONFIG is not valid JSON (Expecting property name enclosed in double quotes at character 1)"),
     ("parameter_server", '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
-     "error: TF_CONFIG: parameter_server needs jobs chief, worker and ps; missing chief, ps"),
+     "error: TF_CONFIG: parameter_server needs jobs chief, worker, ps; missing chief, ps"),
 ])
 def test_train_refuses_a_malformed_tf_config_with_exit_2(workdir, monkeypatch, strategy, tf_config, message):
     monkeypatch.setenv("TF_CONFIG", tf_config)
@@ -122,11 +122,14 @@ def test_compare_names_a_missing_report(workdir):
     assert result.exit_code == 2 and "reports/train/normal.json not found; run the stages" in result.output
 
 
-def test_help_explains_options():
+def test_train_help_names_every_strategy_of_the_registry_and_the_run_name_rule():
+    from tfdist.strategies import REGISTRY
+
     result = invoke(train, "--help")
     assert result.exit_code == 0
-    for option in ("--strategy", "--name", "--params", "--set"):
-        assert option in result.output
+    text = " ".join(result.output.split())
+    assert all(name in text for name in REGISTRY)
+    assert "letters, digits, _ . -" in text and "run as the task TF_CONFIG names" in text
 
 
 def history_row(name):

@@ -1,4 +1,4 @@
-"""Preprocessing, prepared-data I/O and the tf.data input pipeline.
+"""Preprocessing and prepared-data I/O (no TensorFlow: the input pipeline is in input_pipeline.py).
 
 Prepared data is three ``.npz`` files (train, val, test) of float32 pixels in
 [0, 1], flattened to 784, and int64 labels. They are written once by the
@@ -8,6 +8,7 @@ preprocess stage and read, validated, by every later stage.
 from __future__ import annotations
 
 import hashlib
+import logging
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from tfdist import atomic
-from tfdist.config import DataConfig
+from tfdist.config import Config, DataConfig
 from tfdist.errors import InputError
 from tfdist.sources import RawDigits, load_source
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 PIXELS = 784
@@ -157,45 +160,10 @@ def splits_digest(splits: dict[str, Digits]) -> str:
     return sha.hexdigest()
 
 
-
-def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: int) -> Any:
-    """A ``tf.data.Dataset`` of ``(x, y)`` batches at the global batch size.
-
-    The data are cached in memory, reshuffled every epoch (seeded), batched with
-    the remainder dropped, so every step has the same shape and the step
-    function is traced once, and prefetched so input never waits on Python.
-    Sharding is set to DATA explicitly: each worker takes every n-th batch
-    instead of TensorFlow guessing (and warning) from a dataset it cannot split
-    by file.
-    """
-    from tfdist.runtime import tf
-
-    dataset = tf.data.Dataset.from_tensor_slices((digits.x, digits.y)).cache()
-    if shuffle:
-        dataset = dataset.shuffle(len(digits), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(global_batch_size, drop_remainder=shuffle).prefetch(tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options)
-
-
-def make_worker_dataset_fn(digits: Digits, global_batch_size: int, seed: int) -> Any:
-    """A dataset function for ParameterServer training: one endless input per worker.
-
-    Each worker builds its own pipeline from it: a disjoint shard of the digits
-    (by input pipeline id), reshuffled with a seed of its own, repeated without
-    end (the coordinator counts ``steps_per_epoch``), batched with the
-    remainder dropped at the batch size of one step.
-    """
-    from tfdist.runtime import tf
-
-    x, y = digits.x, digits.y
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        batch = context.get_per_replica_batch_size(global_batch_size)
-        dataset = tf.data.Dataset.from_tensor_slices((x, y))
-        dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id).cache()
-        dataset = dataset.shuffle(len(x), seed=seed + context.input_pipeline_id, reshuffle_each_iteration=True)
-        return dataset.repeat().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-    return dataset_fn
+def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+    """The preprocess stage: prepare the configured source into ``prepared_dir``; return the data summary."""
+    data = prepare(config.data, config.seed, cache_dir)
+    save_prepared(data, prepared_dir)
+    summary = summarize(data)
+    log.info("prepared %s: %s", data.source, {k: v["total"] for k, v in summary["splits"].items()})
+    return summary

@@ -36,25 +36,22 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import atomic
-from tfdist.config import Config, to_flat_dict
+from tfdist.config import Config, knob_roles, to_flat_dict
 
 log = logging.getLogger(__name__)
 
-
-
-#: Params that change neither a run's result nor where it is tracked.
-_NOT_IN_KEY = (
-    "distributed.strategies", "distributed.max_restarts", "mlflow.log_models", "mlflow.register_models",
-    "mlflow.registered_model",
-)
+#: Knob roles in the key: what decides the result, and the store the backup's run lives in.
+_KEY_ROLES = ("result", "tracking")
 
 
 def run_key(config: Config, strategy: str, data_files: Iterable[Path]) -> str:
     """A short hash of what decides a run's result: the params, the strategy, the data bytes.
 
-    The MLflow store and experiment are in it too: the backup names a run of that store.
+    The MLflow store and experiment are in it too: the backup names a run of that
+    store. Knobs of role ``operational`` are left out (see :data:`tfdist.config.ROLES`).
     """
-    params = {key: value for key, value in to_flat_dict(config).items() if key not in _NOT_IN_KEY}
+    roles = knob_roles()
+    params = {key: value for key, value in to_flat_dict(config).items() if roles[key] in _KEY_ROLES}
     digest = hashlib.sha256()
     digest.update(json.dumps({"config": params, "strategy": strategy}, sort_keys=True).encode())
     for path in sorted(data_files):

@@ -7,15 +7,20 @@ so stages import this module only when they log).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import urllib.error
+import urllib.request
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import mlflow.data
 import mlflow.tensorflow
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
@@ -83,8 +88,6 @@ def configure(config: MlflowConfig) -> str:
 @contextlib.contextmanager
 def _file_lock(path: Path, uri: str) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` for the block (released if the process dies)."""
-    import fcntl
-
     try:
         handle = open(path, "a")
     except OSError as err:
@@ -103,9 +106,6 @@ _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_T
 
 def _probe_server(uri: str, timeout: float = 5.0) -> None:
     """Fail in seconds, naming the URI, when no MLflow server answers there."""
-    import urllib.error
-    import urllib.request
-
     for key, value in _HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
     try:
@@ -159,10 +159,6 @@ def execution_id(config: Config) -> str:
 
 def log_dataset(features: Any, targets: Any, name: str, sha256: str, source: str, context: str) -> None:
     """Log data as a dataset input of the active run, under the digest its report gives."""
-    import warnings
-
-    import mlflow.data
-
     with warnings.catch_warnings():  # MLflow registers the local source class twice, then warns that it is ambiguous
         warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
         dataset = mlflow.data.from_numpy(

@@ -7,7 +7,6 @@ one, and tests run without it.
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import os
 import statistics
@@ -20,25 +19,16 @@ import numpy as np
 
 from tfdist import precision
 from tfdist.config import Config, TrainConfig
-from tfdist.data import Digits, make_dataset, make_worker_dataset_fn
+from tfdist.data import Digits
 from tfdist.errors import InputError, RunError
+from tfdist.input_pipeline import make_dataset, make_worker_dataset_fn
 from tfdist.models import build_model, compile_model, trained_weights
+from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
 from tfdist.resume import RunBackup, restored_history
+from tfdist.resume_callbacks import resume_callbacks
 from tfdist.runtime import keras, tf
-from tfdist.strategies import StrategyInfo
-
-#: Resume messages keep the name of the feature users look for in the log.
-resume_log = logging.getLogger("tfdist.resume")
-
-EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")
-#: Per-epoch columns only the custom loop's train step produces.
-CUSTOM_LOOP_COLUMNS = ("gradient_norm", "gradient_norm_max", "nonfinite_steps")
-
-
-def history_columns(history: list[dict[str, float]]) -> tuple[str, ...]:
-    """The columns of ``history`` rows, in a stable order."""
-    present = set(history[0]) if history else set()
-    return EPOCH_COLUMNS + tuple(column for column in CUSTOM_LOOP_COLUMNS if column in present)
+from tfdist.strategies import StrategyInfo, get_spec
+from tfdist.tf_private import tracing_count
 
 
 @dataclass
@@ -222,42 +212,19 @@ def train_model(
         InputError: the training split is smaller than one global batch.
         Diverged: the loss became NaN or infinite.
     """
-    global_batch = config.train.batch_size * info.replicas
-    steps = len(train) // global_batch
-    if steps == 0:
-        raise InputError(
-            f"train.batch_size {config.train.batch_size} x {info.replicas} replicas = {global_batch} "
-            f"exceeds the {len(train)} training digits; lower train.batch_size"
-        )
+    plan = FitPlan.of(config, info, len(train), len(val))
     keras.utils.set_random_seed(config.seed)
-    learning_rate = effective_learning_rate(config.train, global_batch)
-    warmup_steps = round(config.train.warmup_epochs * steps)
-    schedule = LinearWarmup(learning_rate, warmup_steps) if warmup_steps else learning_rate
-    asynchronous = not info.synchronous
-    val_batch, shards = global_batch, 0
-    if asynchronous and len(val):
-        # Exact validation under ParameterServer: the workers evaluate whole shards of
-        # the validation batches (tf_keras's "auto" is 5 per worker), so there must be
-        # at least one batch per shard; the batch size does not change the metrics.
-        shards = min(5 * info.workers, len(val))
-        val_batch = min(global_batch, len(val) // shards)
-    with precision.policy(config.train.precision), strategy.scope():
-        model = build_model(config.model, config.train.loop)
-        compile_model(model, config.train, schedule, **({"pss_evaluation_shards": shards} if shards else {}))
-    if asynchronous:
-        train_input = keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, global_batch, config.seed))
-    else:
-        train_input = make_dataset(train, global_batch, shuffle=True, seed=config.seed)
-    val_ds = make_dataset(val, val_batch, shuffle=False, seed=config.seed) if len(val) else None
-    timer, startup = EpochTimer(steps * global_batch), StartupTimer()
-    resume, initial_epoch = resume_callbacks(backup, info.name, model, record_backup) if backup else ([], 0)
+    model = build_compiled(config, strategy, plan)
+    timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
+    resume, initial_epoch = (resume_callbacks(backup, get_spec(info.name).backup, model, record_backup)
+                             if backup else ([], 0))
     started = time.perf_counter()
     fit = model.fit(
-        train_input,
-        validation_data=val_ds,
+        plan.train_input(train, config.seed),
+        validation_data=make_dataset(val, plan.val_batch, shuffle=False, seed=config.seed) if len(val) else None,
         epochs=config.train.epochs,
         initial_epoch=initial_epoch,
-        steps_per_epoch=steps if asynchronous else None,
+        steps_per_epoch=plan.steps if plan.asynchronous else None,
         callbacks=[startup, timer, DivergenceGuard(), *callbacks, *resume],
         verbose=2,
     )
@@ -265,109 +232,85 @@ def train_model(
     history = _epochs(fit.history, fit.epoch)
     resumed_at = history[0]["epoch"] - 1 if history else config.train.epochs
     restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
-    history = restored + history
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
-    train_time = sum(row["epoch_seconds"] for row in history)
-    steady, first_overhead = steady_state(history)
-    return TrainResult(
-        model=model,
-        history=history,
-        global_batch_size=global_batch,
-        learning_rate=learning_rate,
-        warmup_steps=warmup_steps,
-        steps_per_epoch=steps,
-        traces={"train": _tracing_count(model, "train_function"), "test": _tracing_count(model, "test_function")},
-        train_seconds=seconds,
-        samples_per_second=steps * global_batch * len(history) / train_time,
-        resumed_at_epoch=resumed_at if backup is not None else 0,
-        steady_epoch_seconds=steady,
-        first_epoch_overhead=first_overhead,
-        steady_samples_per_second=steps * global_batch / steady,
-        startup_seconds=startup.seconds,
-    )
+    return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds)
 
 
-#: Strategies tf_keras ``BackupAndRestore`` accepts; the others get a plain checkpoint.
-BACKUP_AND_RESTORE_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
+@dataclass(frozen=True)
+class FitPlan:
+    """Batch sizes, steps and learning rate of one ``fit``, decided before the model is built.
 
-
-def resume_callbacks(backup: RunBackup, strategy: str, model: Any, record: bool) -> tuple[list[Any], int]:
-    """Callbacks that back the run up every epoch, and the epoch ``fit`` starts from.
-
-    Args:
-        backup: where to back up.
-        strategy: the strategy name (decides the backup mechanism).
-        model: the compiled model (for the plain checkpoint).
-        record: whether this process writes ``state.json`` (the chief).
-
-    Returns:
-        The callbacks to pass to ``fit`` *last* (after the ones that complete an
-        epoch's logs), and ``initial_epoch`` for ``fit``.
+    Attributes:
+        global_batch: examples per step across the replicas in sync.
+        steps: optimizer steps per epoch.
+        learning_rate: after ``train.lr_scaling``.
+        warmup_steps: steps of linear warm-up (0: none).
+        asynchronous: ParameterServer training (per-worker datasets, a step count per epoch).
+        val_batch: the validation batch size.
+        shards: validation shards for ParameterServer's exact evaluation (0: not sharded).
     """
-    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder)]
-    if record:
-        callbacks.append(_HistoryRecorder(backup))
-    keras_dir = backup.folder / "keras"
-    if strategy in BACKUP_AND_RESTORE_STRATEGIES:
-        callbacks.append(keras.callbacks.BackupAndRestore(str(keras_dir), save_freq="epoch", delete_checkpoint=False))
-        return callbacks, 0
-    checkpoint = _EpochCheckpoint(model, keras_dir)
-    callbacks.append(checkpoint)
-    return callbacks, checkpoint.restore()
+
+    global_batch: int
+    steps: int
+    learning_rate: float
+    warmup_steps: int
+    asynchronous: bool
+    val_batch: int
+    shards: int
+
+    @classmethod
+    def of(cls, config: Config, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
+        global_batch = config.train.batch_size * info.replicas
+        steps = train_size // global_batch
+        if steps == 0:
+            raise InputError(
+                f"train.batch_size {config.train.batch_size} x {info.replicas} replicas = {global_batch} "
+                f"exceeds the {train_size} training digits; lower train.batch_size"
+            )
+        asynchronous = not info.synchronous
+        val_batch, shards = global_batch, 0
+        if asynchronous and val_size:
+            # Exact validation under ParameterServer: the workers evaluate whole shards of
+            # the validation batches (tf_keras's "auto" is 5 per worker), so there must be
+            # at least one batch per shard; the batch size does not change the metrics.
+            shards = min(5 * info.workers, val_size)
+            val_batch = min(global_batch, val_size // shards)
+        return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
+                   round(config.train.warmup_epochs * steps), asynchronous, val_batch, shards)
+
+    def schedule(self) -> float | LinearWarmup:
+        return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
+
+    def train_input(self, train: Digits, seed: int) -> Any:
+        """A dataset, or under ParameterServer a per-worker dataset creator."""
+        if self.asynchronous:
+            return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed))
+        return make_dataset(train, self.global_batch, shuffle=True, seed=seed)
+
+    def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
+               startup_seconds: float | None) -> TrainResult:
+        """What the fit gave and cost, with throughput from the epochs' training time."""
+        steady, first_overhead = steady_state(history)
+        samples = self.steps * self.global_batch
+        return TrainResult(
+            model=model, history=history, global_batch_size=self.global_batch, learning_rate=self.learning_rate,
+            warmup_steps=self.warmup_steps, steps_per_epoch=self.steps,
+            traces={"train": tracing_count(getattr(model, "train_function", None)),
+                    "test": tracing_count(getattr(model, "test_function", None))},
+            train_seconds=seconds,
+            samples_per_second=samples * len(history) / sum(row["epoch_seconds"] for row in history),
+            resumed_at_epoch=resumed_at, steady_epoch_seconds=steady, first_epoch_overhead=first_overhead,
+            steady_samples_per_second=samples / steady, startup_seconds=startup_seconds,
+        )
 
 
-class _ResumeAnnouncer(keras.callbacks.Callback):
-    """Says once, at the first epoch, whether and from where the run resumes."""
-
-    def __init__(self, folder: Path):
-        super().__init__()
-        self.folder = folder
-        self.first_epoch: int | None = None
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        if self.first_epoch is None:
-            self.first_epoch = epoch
-            if epoch:
-                resume_log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
-                         self.folder, epoch, epoch + 1)
-
-
-class _HistoryRecorder(keras.callbacks.Callback):
-    """Writes each epoch's logs to ``state.json`` before the model backup of that epoch."""
-
-    def __init__(self, backup: RunBackup):
-        super().__init__()
-        self.backup = backup
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.backup.record_epoch({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
-
-
-class _EpochCheckpoint(keras.callbacks.Callback):
-    """Model, optimizer and epoch in a ``tf.train.Checkpoint``, for strategies BackupAndRestore refuses."""
-
-    def __init__(self, model: Any, folder: Path):
-        super().__init__()
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=self.epoch)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(folder), max_to_keep=1)
-
-    def restore(self) -> int:
-        """Restore the latest checkpoint if there is one; return the epochs it had finished."""
-        if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-        return int(self.epoch.numpy())
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.epoch.assign(epoch + 1)
-        self.manager.save()
-
-
-def _tracing_count(model: keras.Model, attribute: str) -> int:
-    """How often Keras traced ``model.<attribute>`` (0 if it never ran or is not a tf.function)."""
-    function = getattr(model, attribute, None)
-    count = getattr(function, "experimental_get_tracing_count", None)
-    return int(count()) if count else 0
+def build_compiled(config: Config, strategy: tf.distribute.Strategy, plan: FitPlan) -> keras.Model:
+    """The seed model for ``train.loop``, built and compiled under the precision policy and ``strategy.scope()``."""
+    with precision.policy(config.train.precision), strategy.scope():
+        model = build_model(config.model, config.train.loop)
+        compile_model(model, config.train, plan.schedule(),
+                      **({"pss_evaluation_shards": plan.shards} if plan.shards else {}))
+    return model
 
 
 def _epochs(history: dict[str, list[float]], epochs: list[int]) -> list[dict[str, float]]:

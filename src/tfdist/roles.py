@@ -1,0 +1,105 @@
+"""The train stage's entry: which role this process plays in a training run, and playing it.
+
+* **only process**: a single-process strategy trains here (a TF_CONFIG is ignored, with a warning);
+* **cluster task** (TF_CONFIG set, cluster mode): the task it names: the chief
+  trains, tracks and writes the outputs; another worker trains; a
+  parameter_server worker or ps serves until stopped;
+* **local launcher** (a multi-process strategy, no TF_CONFIG): starts the
+  cluster as processes on 127.0.0.1 (:mod:`tfdist.launcher`) and, where the
+  strategy says so, coordinates training as its chief.
+
+The training modules are imported where a role trains, not at the top: the
+multi_worker_mirrored launcher only waits for its workers, and must not pay
+TensorFlow's and MLflow's seconds of import before it starts them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from tfdist import cluster_spec, launcher
+from tfdist.cluster_spec import ClusterTask
+from tfdist.config import Config
+from tfdist.errors import InputError
+from tfdist.reports import RunPaths, TrainOutputs
+from tfdist.resume import backups_of
+from tfdist.strategies import StrategySpec, configure_threads, get_spec
+
+log = logging.getLogger(__name__)
+
+
+def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch: Sequence[str] = ()) -> TrainOutputs | None:
+    """Train one model under ``strategy_name`` as MLflow run ``name``, in whatever role this process has.
+
+    Every epoch is backed up under ``paths.backups`` (see :mod:`tfdist.resume`):
+    run again after a crash with the same params, training resumes where it stopped.
+
+    Args:
+        launch: the command that runs this same stage as one task of a local cluster.
+
+    Returns:
+        The report and history for the process that writes the stage outputs;
+        None for any other (a non-chief worker, a server, or a launcher whose
+        chief worker wrote them).
+    """
+    spec = get_spec(strategy_name)
+    spec.check_precision(config.train.precision)
+    task = cluster_spec.read_tf_config()
+    if task is None and spec.multi_process:
+        if not launch:
+            raise InputError(f"strategy {spec.name} without {cluster_spec.TF_CONFIG} needs a launch command for its tasks")
+        if spec.launcher_trains:
+            configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
+        return launcher.launch_local(
+            spec, config.distributed, launch,
+            coordinate=lambda chief: _coordinate(config, spec, name, paths, chief),
+            on_stop=lambda status: _close_chief_run(config, paths, name, status),
+        )
+    configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
+    if not spec.multi_process:
+        if task is not None:
+            log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster_spec.TF_CONFIG, spec.name)
+        return _run(config, spec, name, paths, None)
+    cluster_spec.check_cluster(task, spec)
+    log.info("cluster mode: this process is %s of %s", task.name, launcher.describe_cluster(task.cluster))
+    if spec.launcher_trains and task.task_type != "chief":
+        from tfdist.training_run import serve
+
+        serve(task)
+        return None
+    return _run(config, spec, name, paths, task)
+
+
+def _run(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None) -> TrainOutputs | None:
+    """Train in this process: the chief's run tracks and reports, another worker's only trains."""
+    if task is None or task.is_chief:
+        from tfdist.chief_run import ChiefRun
+
+        return ChiefRun(config, spec, name, paths, task).run()
+    from tfdist.training_run import TrainingRun
+
+    return TrainingRun(config, spec, name, paths, task).run()
+
+
+def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, chief: ClusterTask) -> TrainOutputs | None:
+    """The local launcher's chief: train, then drop the connections to the workers before they are stopped."""
+    from tfdist.tf_private import reset_eager_context
+
+    outputs = _run(config, spec, name, paths, chief)
+    reset_eager_context()
+    return outputs
+
+
+def _close_chief_run(config: Config, paths: RunPaths, name: str, status: str) -> None:
+    """Close the MLflow run a stopped chief left RUNNING; its backup names the run."""
+    run_ids = [backup.run_id for backup in backups_of(paths.backups, name) if backup.run_id]
+    if not run_ids:
+        return
+    from tfdist import tracking
+
+    tracking.configure(config.mlflow)
+    for run_id in run_ids:
+        if tracking.close_if_running(run_id, status):
+            log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)
+

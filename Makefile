@@ -33,7 +33,7 @@ browser-deps: ## Install Debian's chromium for the browser tests, if it is missi
 	@test -x $(CHROMIUM) || { echo "error: no Chromium at $(CHROMIUM); install Debian's chromium package"; exit 1; }
 
 test: install browser-deps ## Run the whole test suite, slow end-to-end and browser tests included (as CI does)
-	python -m pytest
+	python -m pytest --durations=25
 
 test-fast: install ## Run the tests but the slow end-to-end ones
 	python -m pytest -m "not slow"
@@ -44,11 +44,8 @@ lint: install ## Check style with ruff
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)
 
-# Columns of dvc exp show that do not decide a result (dependency hashes, store, threads, timeouts).
-EXP_HIDDEN := .*/.*|mlflow\..*|runtime\..*|data\.download_timeout|distributed\.max_restarts|Created
-
-experiments: install ## List experiments: the params and headline metrics that matter (dvc exp show, trimmed)
-	dvc exp show --drop '$(EXP_HIDDEN)' --precision 4
+experiments: install ## List experiments: the params that decide a result and the headline metrics (dvc exp show, trimmed)
+	python -m stages.experiments
 
 plots: install ## Render every run's curves, confusion matrices and compare figures (dvc plots show)
 	dvc plots show

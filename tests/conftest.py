@@ -2,7 +2,9 @@
 
 TensorFlow can split the CPU into logical devices only before its first op,
 so this process is given 2 logical CPUs once, up front: Mirrored and
-CentralStorage tests get 2 replicas, everything else uses /cpu:0.
+CentralStorage tests get 2 replicas, everything else uses /cpu:0. On a
+machine with GPUs the replicas are the GPUs: tests that count logical CPUs
+carry ``cpu_only``.
 """
 
 from __future__ import annotations
@@ -11,16 +13,24 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from tfdist.hardware import Hardware
+from tfdist.reports import EvalReport, PrecisionSupport, TrainReport
+from tfdist.runtime import tf
 from tfdist.strategies import configure_cpu_devices
 
 REPO = Path(__file__).resolve().parents[1]
 LOGICAL_CPUS = 2
 configure_cpu_devices(LOGICAL_CPUS)
+HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
+#: For tests of the logical-CPU split, which tfdist makes only where there is no GPU.
+cpu_only = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: replicas run on it, not on logical CPUs")
 
 
 def process_alive(pid: int) -> bool:
@@ -73,6 +83,33 @@ def run_in_project(command: list[str], cwd: Path, timeout: float = 900) -> str:
     return result.stdout + result.stderr
 
 
+@dataclass(frozen=True)
+class PipelineRun:
+    """A fresh clone after one default ``dvc repro``: where it is, what DVC printed, its MLflow execution tag."""
+
+    root: Path
+    output: str
+    execution: str
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
+    """The default pipeline (every strategy, 3 epochs on the offline sample) in a fresh clone, run once per session.
+
+    Shared by the slow end-to-end and browser tests (the browser's screenshots are the
+    README's). Tests that change the clone (``dvc exp run``, params edits) live at the end
+    of test_pipeline_e2e.py and find the first execution's runs by its tag.
+    """
+    import mlflow
+
+    root = copy_project(tmp_path_factory.mktemp("pipeline"), data={"source": "sample"}, train={"epochs": 3})
+    output = run_in_project(["dvc", "repro"], root)
+    mlflow.set_tracking_uri(f"sqlite:///{root}/mlruns/mlflow.db")
+    (compare,) = mlflow.search_runs(experiment_names=["tfdist-mnist"], filter_string="tags.stage = 'compare'",
+                                    output_format="list")
+    return PipelineRun(root, output, compare.data.tags["tfdist.execution"])
+
+
 def local_mode_environment() -> dict[str, str]:
     """This environment without TF_CONFIG, so multi-process strategies launch locally."""
     return {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
@@ -103,7 +140,7 @@ def params_file(tmp_path: Path) -> Path:
 def prepared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled sample, preprocessed once per session."""
     from tfdist.config import load_config
-    from tfdist.pipeline import preprocess
+    from tfdist.data import preprocess
 
     root = tmp_path_factory.mktemp("prepared")
     config = load_config(tiny_params(root))
@@ -117,3 +154,37 @@ def prepared_copy(prepared_dir: Path, tmp_path: Path) -> Path:
     target = tmp_path / "data" / "prepared"
     shutil.copytree(prepared_dir, target)
     return target
+
+
+def train_report(strategy: str, seconds: float, replicas: int = 1, devices: tuple | list = ("/cpu:0",),
+                 **fields: Any) -> TrainReport:
+    """A train report with every field the train stage writes (the real schema), for the readers' tests.
+
+    ``fields`` override any field; ``precision_support`` may be given as plain dicts.
+    The hardware is one 2-core machine, with GPUs when ``devices`` name them.
+    """
+    support = fields.pop("precision_support", {
+        "mixed_float16": {"can_be_faster": False, "reason": "no GPU"},
+        "mixed_bfloat16": {"can_be_faster": False, "reason": "no AVX512-BF16"}})
+    kinds = ["GPU"] if any("gpu" in d for d in devices) else ["CPU"]
+    values = dict(
+        name=strategy if strategy != "default" else "normal", strategy=strategy,
+        paradigm="none" if strategy in ("default", "one_device") else "data", strategy_class="X", replicas=replicas,
+        devices=list(devices), workers=1, ps=0, synchronous=True, loop="fit", precision="float32",
+        precision_can_be_faster=True,
+        precision_support={p: PrecisionSupport(**s) if isinstance(s, dict) else s for p, s in support.items()},
+        run_label=strategy, clip_method="none", clip_value=1.0, global_batch_size=25 * replicas, lr_scaling="none",
+        base_learning_rate=0.001, learning_rate=0.001, warmup_steps=0, epochs=2, resumed_at_epoch=0,
+        steps_per_epoch=100, traces={"train": 1, "test": 1}, train_seconds=seconds,
+        samples_per_second=1000 / seconds, steady_epoch_seconds=seconds / 2, first_epoch_overhead_seconds=0.0,
+        steady_samples_per_second=1000 / seconds, startup_seconds=5.0, loss=0.3, accuracy=0.9, val_loss=0.3,
+        val_accuracy=0.9, weights_sha256="0" * 64, mlflow_run_id=f"id-{strategy}", tensorflow=tf.__version__,
+        hardware=Hardware(["host-a"], 2, "test CPU", kinds, ["test GPU"] * (kinds == ["GPU"])),
+    )
+    values.update(fields)
+    return TrainReport(**values)
+
+
+def eval_report(name: str, accuracy: float, loss: float = 0.2) -> EvalReport:
+    """An eval report as the evaluate stage writes it (per-class numbers left out)."""
+    return EvalReport(name=name, loss=loss, accuracy=accuracy, samples=1000)

@@ -146,8 +146,22 @@ def test_a_bad_input_exits_2_with_one_line_and_changes_nothing(tmp_path, prepare
     assert snapshot(tmp_path) == before, "no output was written or changed"
 
 
-def test_the_table_covers_at_least_twenty_mistakes():
-    assert len(CASES) >= 20
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "/tmp/abs", "", ".hidden", "new\nline", "x" * 101])
+@pytest.mark.parametrize("stage", [train, evaluate])
+def test_a_run_name_that_is_not_plain_exits_2_and_writes_nothing_anywhere(tmp_path, prepared_copy, monkeypatch,
+                                                                          stage, name):
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "data").symlink_to(prepared_copy.parent)
+    monkeypatch.chdir(workdir)
+    tiny_params(workdir)
+    before = snapshot(tmp_path)
+    result = CliRunner().invoke(stage.main, ["--name", name, *(["--strategy", "default"] if stage is train else [])])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: --name {name!r} is not a plain run name: use 1-100 letters, digits, '_', '.' or '-', "
+        "not starting with '.', e.g. --name mirrored-bs256"]
+    assert snapshot(tmp_path) == before and not (tmp_path.parent / "escaped").exists()
 
 
 def test_a_nan_loss_fails_the_stage_and_its_mlflow_run_with_epoch_and_step(tmp_path, prepared_copy, monkeypatch):

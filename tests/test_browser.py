@@ -21,7 +21,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import REPO, copy_project, local_mode_environment, run_in_project
+from conftest import REPO, local_mode_environment
 
 pytestmark = pytest.mark.slow
 CHROMIUM = os.environ.get("TFDIST_CHROMIUM", "/usr/bin/chromium")
@@ -40,21 +40,17 @@ LABELS = {
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """The default pipeline (every strategy), 3 epochs on the offline sample, in a fresh clone.
-
-    Its screenshots are the README's (docs/images/), so the pipeline is the one a user runs.
-    """
-    root = copy_project(tmp_path_factory.mktemp("browser"), data={"source": "sample"}, train={"epochs": 3})
-    run_in_project(["dvc", "repro"], root)
-    return root
+def project(pipeline):
+    """The shared default pipeline (conftest.pipeline): its screenshots are the README's (docs/images/)."""
+    return pipeline.root
 
 
 @pytest.fixture(scope="module")
-def runs(project):
-    """The store's runs by model name (``compare`` for the compare run)."""
+def runs(project, pipeline):
+    """That execution's runs by model name (``compare`` for the compare run)."""
     mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
-    found = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list")
+    found = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list",
+                               filter_string=f"tags.`tfdist.execution` = '{pipeline.execution}'")
     return {run.data.tags.get("model_name", run.data.tags["stage"]): run for run in found}
 
 

@@ -1,9 +1,19 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tfdist.config import DISTRIBUTED_STRATEGIES, Config, ConfigError, load_config, parse_override, to_flat_dict
-from tfdist.strategies import STRATEGY_NAMES
+from tfdist.config import (
+    ROLES,
+    Config,
+    ConfigError,
+    check_run_name,
+    knob_roles,
+    load_config,
+    parse_override,
+    to_flat_dict,
+)
+from tfdist.resume import run_key
 
 from conftest import REPO
 
@@ -14,12 +24,58 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_repo_params_match_the_documented_defaults():
-    config = load_config(REPO / "params.yaml")
-    assert config.train.batch_size == 25 and config.train.epochs == 10
-    assert config.model.hidden_units == [128] and config.model.dropout == 0.2
-    assert config.mlflow.tracking_uri == "sqlite:///mlruns/mlflow.db"
-    assert config.distributed.devices == 2
+def test_params_yaml_and_the_dataclass_defaults_are_the_same_knobs_with_the_same_values():
+    # Each knob is named once: params.yaml writes every knob out, with the value the code defaults to.
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    written = to_flat_dict(load_config(REPO / "params.yaml"))
+    flat_raw = {}
+
+    def walk(node, prefix=""):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat_raw[f"{prefix}{key}"] = value
+
+    walk(raw)
+    defaults = to_flat_dict(Config())
+    assert sorted(flat_raw) == sorted(defaults), "params.yaml must list every knob, and only knobs"
+    assert written == defaults, {k: (written[k], defaults[k]) for k in defaults if written[k] != defaults[k]}
+
+
+def test_every_knob_has_a_role_and_the_backup_key_ignores_the_operational_ones(tmp_path):
+    roles = knob_roles()
+    assert set(roles) == set(to_flat_dict(Config())) and set(roles.values()) <= set(ROLES)
+    assert roles["train.epochs"] == roles["runtime.intra_op_threads"] == "result"
+    assert roles["mlflow.tracking_uri"] == "tracking" and roles["distributed.max_restarts"] == "operational"
+    data = tmp_path / "train.npz"
+    data.write_bytes(b"digits")
+    key = run_key(load_config(write(tmp_path, "")), "mirrored", [data])
+    for knob, value, same in (("distributed.max_restarts", 5, True), ("mlflow.log_models", False, True),
+                              ("train.epochs", 3, False), ("mlflow.experiment", "other", False)):
+        section, leaf = knob.split(".")
+        changed = load_config(write(tmp_path, yaml.safe_dump({section: {leaf: value}})))
+        assert (run_key(changed, "mirrored", [data]) == key) is same, knob
+
+
+def test_make_experiments_hides_exactly_the_knobs_that_decide_no_result():
+    from stages.experiments import hidden_columns
+
+    hidden = hidden_columns()
+    for knob, role in knob_roles().items():
+        assert any(__import__("re").fullmatch(pattern, knob) for pattern in hidden.split("|")) is (role != "result"), knob
+
+
+@pytest.mark.parametrize("name", ["normal", "mirrored-bs256", "a.b_c", "x" * 100, "2"])
+def test_plain_run_names_are_accepted(name):
+    assert check_run_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "..", "../../x", "a/b", "/abs", ".hidden", "x" * 101, "new\nline", "sp ace", None])
+def test_run_names_that_could_leave_their_folder_are_refused(name):
+    with pytest.raises(ConfigError, match="is not a plain run name: use 1-100 letters") as raised:
+        check_run_name(name)
+    assert "\n" not in str(raised.value).replace(repr(name), "")
 
 
 def test_empty_file_gives_dataclass_defaults(tmp_path):
@@ -76,6 +132,3 @@ def test_flat_dict_names_every_knob():
     flat = to_flat_dict(Config())
     assert flat["train.epochs"] == 10 and flat["mlflow.experiment"] == "tfdist-mnist"
 
-
-def test_pipeline_strategies_are_known_to_the_factory():
-    assert set(DISTRIBUTED_STRATEGIES) <= set(STRATEGY_NAMES)

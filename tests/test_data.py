@@ -1,6 +1,11 @@
+import functools
 import gzip
+import hashlib
+import http.server
 import logging
+import socket
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -8,7 +13,7 @@ import pytest
 from tfdist.config import DataConfig
 from tfdist.data import load_split, normalize, prepare, save_prepared, split_raw, stratified_split, summarize
 from tfdist.errors import InputError
-from tfdist.sources import DownloadError, RawDigits, load_source, read_idx
+from tfdist.sources import KERAS_MNIST_URL, Download, DownloadError, RawDigits, load_source, read_idx
 
 
 def fake_mnist(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -109,28 +114,72 @@ def test_missing_path_source(tmp_path):
         load_source(str(tmp_path / "nowhere"), timeout=1)
 
 
-def test_keras_source_fails_fast_and_clearly_offline(tmp_path):
-    # This machine has no internet: the download must fail quickly with a fix, not hang.
-    with pytest.raises(DownloadError, match="cannot download MNIST from https://.*set data.source to sample"):
-        load_source("keras", timeout=2, cache_dir=tmp_path)
+@pytest.fixture
+def mnist_server(tmp_path):
+    """A loopback HTTP server of one small MNIST-format npz: a real download, whatever this machine reaches."""
+    served = tmp_path / "served"
+    served.mkdir()
+    x, y = fake_mnist(30)
+    np.savez(served / "mnist.npz", x_train=x, y_train=y, x_test=x[:10], y_test=y[:10])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sha256 = hashlib.sha256((served / "mnist.npz").read_bytes()).hexdigest()
+    yield Download(f"http://127.0.0.1:{server.server_address[1]}/mnist.npz", sha256)
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port_download():
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return Download(f"http://127.0.0.1:{port}/mnist.npz")
+
+
+def test_the_keras_source_downloads_checks_and_caches(tmp_path, mnist_server):
+    raw = load_source("keras", timeout=5, cache_dir=tmp_path / "cache", download=mnist_server)
+    assert raw.source == "keras" and raw.x_train.shape == (30, 28, 28) and raw.x_test.shape == (10, 28, 28)
+    cached = tmp_path / "cache" / "datasets" / "mnist.npz"
+    assert hashlib.sha256(cached.read_bytes()).hexdigest() == mnist_server.sha256
+    # the cache serves the next load: no server needed
+    again = load_source("keras", timeout=5, cache_dir=tmp_path / "cache", download=Download(closed_port_download().url,
+                                                                                            mnist_server.sha256))
+    assert again.y_train.tolist() == raw.y_train.tolist()
+
+
+def test_a_download_with_the_wrong_hash_is_refused_and_not_cached(tmp_path, mnist_server):
+    wrong = Download(mnist_server.url, "0" * 64)
+    with pytest.raises(DownloadError, match="SHA-256 is not the published 000000000000"):
+        load_source("keras", timeout=5, cache_dir=tmp_path / "cache", download=wrong)
+    assert not (tmp_path / "cache" / "datasets" / "mnist.npz").exists()
+
+
+def test_the_keras_source_fails_fast_and_clearly_when_unreachable(tmp_path):
+    download = closed_port_download()
+    with pytest.raises(DownloadError, match=f"cannot download MNIST from {download.url} within 2s .*set data.source to sample"):
+        load_source("keras", timeout=2, cache_dir=tmp_path, download=download)
 
 
 def test_auto_falls_back_to_the_sample_with_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        raw = load_source("auto", timeout=2, cache_dir=tmp_path)
+        raw = load_source("auto", timeout=2, cache_dir=tmp_path, download=closed_port_download())
     assert raw.source == "sample" and len(raw.y_train) == 5000
     assert "using the 5,000-digit offline sample" in caplog.text
 
 
 def test_a_corrupt_cache_is_reported_not_trusted(tmp_path, caplog):
-    # keras caches as <cache_dir>/datasets/mnist.npz and checks its published hash.
     (tmp_path / "datasets").mkdir()
     x, y = fake_mnist(30)
     np.savez(tmp_path / "datasets" / "mnist.npz", x_train=x, y_train=y, x_test=x[:10], y_test=y[:10])
     with pytest.raises(DownloadError, match="cached .*mnist.npz failed its hash check"):
-        load_source("keras", timeout=2, cache_dir=tmp_path)
+        load_source("keras", timeout=2, cache_dir=tmp_path, download=closed_port_download())
     with caplog.at_level(logging.WARNING):
-        assert load_source("auto", timeout=2, cache_dir=tmp_path).source == "sample"
+        assert load_source("auto", timeout=2, cache_dir=tmp_path, download=closed_port_download()).source == "sample"
+
+
+def test_the_default_download_is_keras_own_file():
+    assert Download() == Download(KERAS_MNIST_URL, "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1")
 
 
 def test_prepared_roundtrip_and_validation(tmp_path):

@@ -6,7 +6,7 @@ import mlflow
 import pytest
 import yaml
 
-from conftest import copy_project, run_in_project
+from conftest import run_in_project
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
@@ -20,12 +20,9 @@ LABELS = {
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """A fresh clone of the repo, committed, on the offline sample with 2 epochs."""
-    root = copy_project(tmp_path_factory.mktemp("project"), data={"source": "sample"}, train={"epochs": 2})
-    assert yaml.safe_load((root / "params.yaml").read_text())["distributed"]["strategies"] == list(STRATEGIES), (
-        "the default compares every strategy")
-    return root
+def project(pipeline):
+    """The shared clone after its default ``dvc repro`` (conftest.pipeline)."""
+    return pipeline.root
 
 
 def runs_of(project, execution=None):
@@ -34,8 +31,9 @@ def runs_of(project, execution=None):
     return [r for r in runs if execution is None or r.data.tags.get("tfdist.execution") == execution]
 
 
-def test_dvc_repro_runs_every_stage_then_is_a_no_op(project):
-    output = run_in_project(["dvc", "repro"], project)
+def test_dvc_repro_runs_every_stage_then_is_a_no_op(project, pipeline):
+    assert yaml.safe_load((project / "params.yaml").read_text())["distributed"]["strategies"] == list(STRATEGIES)
+    output = pipeline.output
     for stage in ("preprocess", "train-normal", "evaluate-normal", "compare",
                   *(f"{kind}-distributed@{name}" for name in STRATEGIES for kind in ("train", "evaluate"))):
         assert f"Running stage '{stage}'" in output
@@ -69,7 +67,7 @@ def test_one_repro_is_one_execution_in_mlflow_with_named_runs_data_and_links(pro
         assert dataset_input.dataset.digest == data_sha256[:16]
         assert {t.key: t.value for t in dataset_input.tags}["sha256"] == data_sha256
         history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "val_accuracy")
-        assert [m.step for m in history] == [1, 2], "per-epoch metrics carry their epoch as step"
+        assert [m.step for m in history] == [1, 2, 3], "per-epoch metrics carry their epoch as step"
 
     (compare,) = [r for r in runs if r.data.tags["stage"] == "compare"]
     linked = {key.removeprefix("compared."): value for key, value in compare.data.tags.items()

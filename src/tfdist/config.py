@@ -2,13 +2,17 @@
 
 Every knob lives in ``params.yaml``; this module turns it into dataclasses and
 refuses anything it does not know, so a typo fails loudly before training
-starts instead of being silently ignored. It imports nothing else of tfdist.
+starts instead of being silently ignored. The dataclass defaults are
+params.yaml's values (``tests/test_config.py`` holds them equal), and each knob
+says what it decides (:data:`ROLES`): the backup key and ``make experiments``
+both derive from that.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +20,9 @@ from typing import Any
 
 import yaml
 
-#: Strategies the pipeline can run as ``train-distributed`` stages.
-DISTRIBUTED_STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
+from tfdist.errors import InputError
+from tfdist.strategies import DEFAULT_PIPELINE, PIPELINE_STRATEGIES
+
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -27,15 +32,25 @@ DATA_SOURCES = ("auto", "keras", "sample")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 
 
-class ConfigError(ValueError):
+#: What a knob decides. ``result``: the trained model or a measured number
+#: (threads and XLA count: they decide the throughput the pipeline reports);
+#: ``tracking``: where runs are recorded (a backup names a run of that store);
+#: ``operational``: neither (timeouts, restarts, which stages exist, what is logged).
+ROLES = ("result", "tracking", "operational")
+#: A run name: it becomes a folder and file name (models/NAME, reports/train/NAME.json).
+_RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
+
+
+class ConfigError(InputError):
     """A params file, key or value the user must fix (stages exit with code 2)."""
 
 
-def _knob(default: Any, **rules: Any) -> Any:
-    """A dataclass field carrying its validation rules (ge, gt, lt, choices, item_*, min_len)."""
+def _knob(default: Any, role: str = "result", **rules: Any) -> Any:
+    """A dataclass field carrying its role (:data:`ROLES`) and validation rules (ge, gt, lt, choices, item_*, min_len)."""
+    metadata = {"role": role, **rules}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=rules)
-    return field(default=default, metadata=rules)
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -55,7 +70,7 @@ class DataConfig:
     source: str = _knob("auto")
     validation_split: float = _knob(0.1, ge=0.0, lt=1.0)
     test_split: float = _knob(0.2, gt=0.0, lt=1.0)
-    download_timeout: float = _knob(10.0, gt=0.0)
+    download_timeout: float = _knob(10.0, role="operational", gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -141,12 +156,13 @@ class DistributedConfig:
     """
 
     strategies: list[str] = _knob(
-        ["mirrored"], item_choices=DISTRIBUTED_STRATEGIES, min_len=1
+        list(DEFAULT_PIPELINE), role="operational",
+        item_choices=PIPELINE_STRATEGIES, min_len=1,
     )
     devices: int = _knob(2, ge=1)
     workers: int = _knob(2, ge=1)
     ps: int = _knob(1, ge=1)
-    max_restarts: int = _knob(1, ge=0)
+    max_restarts: int = _knob(1, role="operational", ge=0)
 
 
 @dataclass(frozen=True)
@@ -178,11 +194,11 @@ class MlflowConfig:
         registered_model: the registered model's name (one name, a version per run).
     """
 
-    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db")
-    experiment: str = _knob("tfdist-mnist")
-    log_models: bool = _knob(True)
-    register_models: bool = _knob(False)
-    registered_model: str = _knob("tfdist-mnist-classifier")
+    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", role="tracking")
+    experiment: str = _knob("tfdist-mnist", role="tracking")
+    log_models: bool = _knob(True, role="operational")
+    register_models: bool = _knob(False, role="operational")
+    registered_model: str = _knob("tfdist-mnist-classifier", role="operational")
 
     def __post_init__(self) -> None:
         if self.register_models and not self.log_models:
@@ -327,6 +343,35 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
 
 
 _TYPE_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string"}
+
+
+def knob_roles(kind: type = Config, prefix: str = "") -> dict[str, str]:
+    """``{"train.epochs": "result", ...}``: every knob's dotted key and role (:data:`ROLES`)."""
+    roles: dict[str, str] = {}
+    hints = typing.get_type_hints(kind)
+    for f in dataclasses.fields(kind):
+        if dataclasses.is_dataclass(hints[f.name]):
+            roles.update(knob_roles(hints[f.name], f"{prefix}{f.name}."))
+        else:
+            roles[f"{prefix}{f.name}"] = f.metadata["role"]
+    return roles
+
+
+def check_run_name(name: Any) -> str:
+    """``name`` if it is a plain run name: letters, digits, ``_ . -``, not starting with a dot, at most 100 characters.
+
+    A run name becomes a folder and file name (``models/NAME``, ``reports/train/NAME.json``,
+    ``.tfdist/backups/NAME``), so anything that could leave those folders is refused.
+
+    Raises:
+        ConfigError: naming the value and the rule.
+    """
+    if not isinstance(name, str) or not _RUN_NAME.fullmatch(name):
+        raise ConfigError(
+            f"--name {name!r} is not a plain run name: use 1-100 letters, digits, '_', '.' or '-', "
+            "not starting with '.', e.g. --name mirrored-bs256"
+        )
+    return name
 
 
 def to_flat_dict(config: Config) -> dict[str, Any]:

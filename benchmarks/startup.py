@@ -34,7 +34,7 @@ def main() -> None:
     shutil.copy(ROOT / "params.yaml", work / "params.yaml")
     python = sys.executable
     sets = ["--set", "train.epochs=1", "--set", "mlflow.log_models=false", "--set", "data.source=sample"]
-    rows = [["import tfdist.pipeline", timed([python, "-c", "import tfdist.pipeline"], work), ""],
+    rows = [["import tfdist.roles (the train entry)", timed([python, "-c", "import tfdist.roles"], work), ""],
             ["import tensorflow (tf_keras)", timed([python, "-c", "import tfdist.runtime"], work), ""],
             ["import mlflow", timed([python, "-c", "import mlflow"], work), ""],
             ["preprocess", timed([python, str(ROOT / "stages/preprocess.py"), *sets], work), ""]]

@@ -29,6 +29,20 @@ REPO = Path(__file__).resolve().parents[1]
 LOGICAL_CPUS = 2
 configure_cpu_devices(LOGICAL_CPUS)
 HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
+#: Replicas of mirrored and central_storage here: one per GPU, else one per logical CPU.
+SPLIT_REPLICAS = len(tf.config.list_physical_devices("GPU")) or LOGICAL_CPUS
+
+
+def default_labels() -> dict[str, str]:
+    """The MLflow run names of the default pipeline's runs on this machine."""
+    from tfdist.reports import run_label
+
+    split = {"replicas": SPLIT_REPLICAS, "workers": 1, "ps": 0}
+    scale = {"normal": {"replicas": 1, "workers": 1, "ps": 0}, "mirrored": split, "central_storage": split,
+             "multi_worker_mirrored": {"replicas": 2, "workers": 2, "ps": 0},
+             "parameter_server": {"replicas": 1, "workers": 2, "ps": 1}}
+    return {name: run_label(name, "default" if name == "normal" else name, loop="fit", precision="float32",
+                            distributes=name != "normal", **counts) for name, counts in scale.items()}
 #: For tests of the logical-CPU split, which tfdist makes only where there is no GPU.
 cpu_only = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: replicas run on it, not on logical CPUs")
 

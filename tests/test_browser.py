@@ -21,7 +21,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import REPO, local_mode_environment
+from conftest import REPO, default_labels, local_mode_environment
 
 pytestmark = pytest.mark.slow
 CHROMIUM = os.environ.get("TFDIST_CHROMIUM", "/usr/bin/chromium")
@@ -30,13 +30,7 @@ ARTIFACTS = Path(os.environ.get("TFDIST_TEST_ARTIFACTS", REPO / "test-artifacts"
 # calling Google's services, which this network refuses.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
-LABELS = {
-    "normal": "normal · fit · float32",
-    "central_storage": "central_storage ×2 · fit · float32",
-    "mirrored": "mirrored ×2 · fit · float32",
-    "multi_worker_mirrored": "multi_worker_mirrored ×2 · fit · float32",
-    "parameter_server": "parameter_server 2w+1ps · fit · float32",
-}
+LABELS = default_labels()
 
 
 @pytest.fixture(scope="module")

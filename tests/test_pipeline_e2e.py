@@ -1,22 +1,17 @@
 """The whole pipeline as a user runs it: ``dvc repro``, ``dvc exp run``, ``dvc plots`` in a copy of the repo."""
 
 import json
+import sys
 
 import mlflow
 import pytest
 import yaml
 
-from conftest import run_in_project
+from conftest import default_labels, run_in_project
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
-LABELS = {
-    "normal": "normal · fit · float32",
-    "mirrored": "mirrored ×2 · fit · float32",
-    "central_storage": "central_storage ×2 · fit · float32",
-    "multi_worker_mirrored": "multi_worker_mirrored ×2 · fit · float32",
-    "parameter_server": "parameter_server 2w+1ps · fit · float32",
-}
+LABELS = default_labels()
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +103,11 @@ def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project):
     metrics = data["metrics"]["reports/compare/metrics.json"]["data"]
     assert set(metrics) == set(LABELS) and set(metrics["normal"]) == {"samples_per_second", "speedup", "test_accuracy"}
     assert data["params"]["params.yaml"]["data"]["train"]["epochs"] == 3
+
+    header = run_in_project([sys.executable, "-m", "stages.experiments", "--csv"], project).splitlines()[0].split(",")
+    assert {"train.epochs", "train.precision", "runtime.intra_op_threads", "normal.test_accuracy"} <= set(header)
+    hidden = [column for column in header if column.startswith("mlflow.") or "/" in column]
+    assert not hidden and "distributed.max_restarts" not in header, "make experiments hides what decides no result"
 
     run_in_project(["dvc", "plots", "diff", "HEAD", "bf16-3ep", "-o", "diff"], project)
     page = (project / "diff" / "index.html").read_text()

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from stages import compare, evaluate, preprocess, train, ui
 
-from conftest import tiny_params
+from conftest import SPLIT_REPLICAS, tiny_params
 
 
 def invoke(command, *args):
@@ -85,7 +85,8 @@ def test_train_evaluate_compare(workdir, prepared_copy):
         assert result.exit_code == 0, result.output
 
     report = json.loads((workdir / "reports" / "train" / "mirrored.json").read_text())
-    assert report["replicas"] == 2 and report["global_batch_size"] == 64 and report["val_accuracy"] > 0.8
+    assert report["replicas"] == SPLIT_REPLICAS and report["global_batch_size"] == 32 * SPLIT_REPLICAS
+    assert report["val_accuracy"] > 0.8
     assert (workdir / "models" / "mirrored" / "MLmodel").is_file()
     history = (workdir / "reports" / "train" / "history" / "mirrored.csv").read_text().splitlines()
     assert history[0].startswith("epoch,loss,accuracy,val_loss,val_accuracy") and len(history) == 3
@@ -95,7 +96,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert confusion[0] == "actual,predicted" and len(confusion) == 1001
 
     run = mlflow.get_run(report["mlflow_run_id"])
-    assert run.info.status == "FINISHED" and run.data.params["strategy.replicas"] == "2"
+    assert run.info.status == "FINISHED" and run.data.params["strategy.replicas"] == str(SPLIT_REPLICAS)
     assert run.data.metrics["test_accuracy"] == pytest.approx(evaluation["accuracy"])
     assert mlflow.search_logged_models(experiment_ids=[run.info.experiment_id]).shape[0] == 2
     versions = mlflow.MlflowClient().search_model_versions("name = 'tfdist-mnist-classifier'")
@@ -106,7 +107,8 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert result.exit_code == 0, result.output
     out = workdir / "reports" / "compare"
     assert "Distribution" in result.output
-    assert "| mirrored | mirrored | fit | float32 | sync | 2 | 1 | 64 |" in (out / "compare.md").read_text()
+    row = f"| mirrored | mirrored | fit | float32 | sync | {SPLIT_REPLICAS} | 1 | {32 * SPLIT_REPLICAS} |"
+    assert row in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
     assert sorted(p.name for p in out.iterdir()) == [

@@ -11,7 +11,7 @@ from tfdist.runtime import keras, tf
 from tfdist.strategies import make_strategy
 from tfdist.training import Diverged, LinearWarmup, effective_learning_rate, train_model
 
-from conftest import tiny_params
+from conftest import SPLIT_REPLICAS, tiny_params
 
 
 class Recorder(keras.callbacks.Callback):
@@ -33,7 +33,7 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     test = load_split(prepared_dir, "test")
     accuracy = float(np.mean(result.model.predict(test.x, verbose=0).argmax(axis=1) == test.y))
     assert accuracy > 0.8, "two epochs on 3,600 real digits reach well above chance (0.1)"
-    assert info.replicas == (2 if strategy_name in ("mirrored", "central_storage") else 1)
+    assert info.replicas == (SPLIT_REPLICAS if strategy_name in ("mirrored", "central_storage") else 1)
     assert result.global_batch_size == 32 * info.replicas
     assert result.steps_per_epoch == 3600 // result.global_batch_size
     assert [row["epoch"] for row in result.history] == [1, 2]

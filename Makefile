@@ -11,13 +11,19 @@ export PATH := $(BIN):$(PATH)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-install: $(VENV)/.installed ## Create .venv and install tfdist with its dev extras
+install: $(VENV)/.installed vega/offline.html ## Create .venv and install tfdist with its dev extras, and the offline plots template
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $@
+
+# dvc plots show draws with Vega inlined in its page (no CDN): pinned by vega/package-lock.json, from the npm registry.
+vega/offline.html: vega/package-lock.json vega/build_template.py
+	@command -v npm >/dev/null || { echo "error: npm not found: install Node.js and npm (Debian: apt-get install nodejs npm)"; exit 1; }
+	npm ci --prefix vega --ignore-scripts --no-audit --no-fund --loglevel=error
+	$(PYTHON) vega/build_template.py
 
 repro: install ## Run the pipeline: dvc repro (only stages whose inputs changed)
 	dvc repro
@@ -39,7 +45,7 @@ test-fast: install ## Run the tests but the slow end-to-end ones
 	python -m pytest -m "not slow"
 
 lint: install ## Check style with ruff
-	ruff check src stages tests benchmarks
+	ruff check src stages tests benchmarks vega
 
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
 
 from tfdist.hardware import Hardware
 from tfdist.reports import EvalReport, PrecisionSupport, TrainReport
@@ -79,6 +81,9 @@ def copy_project(root: Path, **sections: dict) -> Path:
         if (REPO / name).is_file() and not name.startswith(("reports/", "dvc.lock")):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
+    template = REPO / "vega" / "offline.html"  # built by make install, not tracked
+    if template.is_file():
+        shutil.copy2(template, root / "vega" / "offline.html")
     params = yaml.safe_load((root / "params.yaml").read_text())
     for key, value in sections.items():
         params[key] = {**params[key], **value} if isinstance(value, dict) else value
@@ -202,3 +207,56 @@ def train_report(strategy: str, seconds: float, replicas: int = 1, devices: tupl
 def eval_report(name: str, accuracy: float, loss: float = 0.2) -> EvalReport:
     """An eval report as the evaluate stage writes it (per-class numbers left out)."""
     return EvalReport(name=name, loss=loss, accuracy=accuracy, samples=1000)
+
+
+#: Debian's Chromium, which the browser tests drive through Playwright (nothing is downloaded).
+CHROMIUM = os.environ.get("TFDIST_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("TFDIST_TEST_ARTIFACTS", REPO / "test-artifacts"))
+# Headless as root, and quiet: without the background-networking flags Chromium keeps
+# calling Google's services, which this network refuses.
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+@dataclass(frozen=True)
+class DrawnPage:
+    """What a page drew in a browser with networking off."""
+
+    plots: int
+    requests: list[str]
+    errors: list[str]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Any:
+    """Headless Debian Chromium, driven by Playwright, for every browser test of the session."""
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's chromium (make browser-deps) or set TFDIST_CHROMIUM")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def draw_offline(browser: Any, page_file: Path, screenshot: str | None = None) -> DrawnPage:
+    """Open a ``dvc plots`` page in a browser context with networking off; count the Vega plots it drew."""
+    context = browser.new_context(offline=True, viewport={"width": 1600, "height": 1000})
+    try:
+        page = context.new_page()
+        requests: list[str] = []
+        errors: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(page_file.as_uri())
+        drawn = page.locator(".vega-embed canvas, .vega-embed svg.marks")
+        try:
+            drawn.first.wait_for(timeout=15_000)
+            page.wait_for_timeout(500)  # the others draw in the same tick or the next
+        except PlaywrightTimeout:
+            pass  # nothing drew: the count says so
+        if screenshot:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / screenshot))
+        return DrawnPage(drawn.count(), [url for url in requests if not url.startswith("file:")], errors)
+    finally:
+        context.close()

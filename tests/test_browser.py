@@ -21,15 +21,15 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import REPO, default_labels, local_mode_environment
+from conftest import (
+    ARTIFACTS,
+    default_labels,
+    draw_offline,
+    local_mode_environment,
+    run_in_project,
+)
 
 pytestmark = pytest.mark.slow
-CHROMIUM = os.environ.get("TFDIST_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("TFDIST_TEST_ARTIFACTS", REPO / "test-artifacts"))
-# Headless as root, and quiet: without the background-networking flags Chromium keeps
-# calling Google's services, which this network refuses.
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
 LABELS = default_labels()
 
 
@@ -82,18 +82,6 @@ def ui(project):
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
     server.stdout.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's chromium (make browser-deps) or set TFDIST_CHROMIUM")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture
@@ -186,3 +174,12 @@ def test_the_html_report_renders_without_fetching_anything(project, page):
     assert len(widths) == 3 and all(width > 0 for width in widths), widths
     assert [url for url in requests if not url.startswith("data:")] == [report.as_uri()], requests
     shoot(page, "compare-report.png", full_page=True)
+
+
+def test_dvc_plots_draw_every_plot_with_the_network_off(project, browser):
+    run_in_project(["dvc", "plots", "show", "-o", "offline-plots"], project)
+    page = project / "offline-plots" / "index.html"
+    assert "cdn.jsdelivr" not in page.read_text(), "the page must not load Vega from a CDN"
+    drawn = draw_offline(browser, page, screenshot="dvc-plots.png")
+    assert drawn.errors == [] and drawn.requests == []
+    assert drawn.plots == 4 + len(LABELS), "4 per-epoch curve plots and a confusion matrix per run"

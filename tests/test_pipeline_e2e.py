@@ -7,7 +7,7 @@ import mlflow
 import pytest
 import yaml
 
-from conftest import default_labels, run_in_project
+from conftest import default_labels, draw_offline, run_in_project
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
@@ -85,7 +85,7 @@ def test_dvc_plots_show_renders_every_run_confusion_and_figures(project):
         "workspace_reports_compare_figures_throughput.png"]
 
 
-def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project):
+def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):
     run_in_project(["git", "add", "-A"], project)
     run_in_project(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q", "-m", "baseline"], project)
     output = run_in_project(["dvc", "exp", "run", "-n", "bf16-3ep", "-S", "train.epochs=3",
@@ -112,6 +112,8 @@ def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project):
     run_in_project(["dvc", "plots", "diff", "HEAD", "bf16-3ep", "-o", "diff"], project)
     page = (project / "diff" / "index.html").read_text()
     assert '"rev": "HEAD"' in page and '"rev": "bf16-3ep"' in page
+    drawn = draw_offline(browser, project / "diff" / "index.html", screenshot="dvc-plots-diff.png")
+    assert (drawn.plots, drawn.requests, drawn.errors) == (4 + len(LABELS), [], []), "every plot draws offline"
 
 
 def test_changing_epochs_reruns_training_not_preprocessing(project):

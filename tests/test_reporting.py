@@ -184,3 +184,11 @@ def test_the_verdict_reasons_from_the_hardware_where_training_ran_not_where_comp
     comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": local},
                                   {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
     assert "Its 2 worker processes shared the same 12 CPU cores of one machine" in comparison["verdict"]
+
+
+def test_the_report_says_which_machine_measured_it():
+    normal = train_report("default", 10.0, hardware=Hardware(["ci-runner"], 2, "AMD EPYC", ["CPU"], []))
+    comparison = build_comparison({"normal": normal}, {"normal": eval_report("normal", 0.95)})
+    line = ("*Measured on ci-runner (AMD EPYC, 2 cores, no GPU); the numbers are that machine's: "
+            "run `dvc repro` to measure yours.*")
+    assert line in render_markdown(comparison).splitlines()

@@ -13,6 +13,7 @@ from typing import Any
 
 from tfdist.config import MIXED_PRECISIONS
 from tfdist.errors import InputError
+from tfdist.hardware import Hardware
 from tfdist.reports import EvalReport, TrainReport
 
 NORMAL = "normal"
@@ -44,8 +45,17 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
         "scaling": projections,
         "precision_support": support,
         "cpu_count": base.hardware.cpu_cores,
+        "measured_on": measured_on(base.hardware),
         "runs": {row["name"]: row for row in rows},
     }
+
+
+def measured_on(hardware: Hardware) -> str:
+    """Where the numbers come from, in one sentence: they hold for that machine, not for every one."""
+    cpu = f"{hardware.cpu_model or 'CPU'}, {hardware.cpu_cores} cores"
+    gpus = f"{len(hardware.gpu_models)} x {hardware.gpu_models[0]}" if hardware.gpu_models else "no GPU"
+    return (f"Measured on {', '.join(hardware.hosts)} ({cpu}, {gpus}); the numbers are that machine's: "
+            "run `dvc repro` to measure yours.")
 
 
 def _row(report: TrainReport, result: EvalReport, base: TrainReport, base_accuracy: float) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def document(comparison: dict[str, Any]) -> list[Block]:
     """The report's blocks: verdict, advice, the two tables, notes, figures."""
     rows = list(comparison["runs"].values())
     advice = comparison.get("advice", {})
-    blocks: list[Block] = [("h1", "Normal vs distributed training"), ("p", comparison["verdict"])]
+    blocks: list[Block] = [("h1", "Normal vs distributed training"), ("p", comparison["verdict"]),
+                           ("p", f"*{comparison['measured_on']}*")]
     if advice:
         blocks += [
             ("h2", "Advice"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ def stage_errors() -> Iterator[None]:
     # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
     for noisy in ("tensorflow", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Two warnings ParameterServer training gives for the in-memory per-worker datasets it is meant for.
+    logging.getLogger("tensorflow").addFilter(_not_about_in_memory_datasets)
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options across serialization")
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -48,6 +52,10 @@ def stage_errors() -> Iterator[None]:
     except TfdistError as err:
         click.echo(f"error: {err}", err=True)
         raise click.exceptions.Exit(err.exit_code) from None
+
+
+def _not_about_in_memory_datasets(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Found source dataset of type")
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:

@@ -9,5 +9,7 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep C++ INFO/WARNING chatter off stage logs
+# MLflow's INFO lines (creating tables, experiments) are not the user's business in a stage log.
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 __version__ = "0.1.0"

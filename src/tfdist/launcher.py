@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from tfdist import native_logs
 from tfdist.cluster_spec import TF_CONFIG, ClusterTask, tasks_of
 from tfdist.config import DistributedConfig
 from tfdist.errors import Interrupted, RunError
@@ -156,6 +157,7 @@ def restart_self(command: Sequence[str], restart: int) -> None:
     sys.stderr.flush()
     if sys.stderr.fileno() != 2:  # native stderr was muted (mute_native_stderr): give it back
         os.dup2(sys.stderr.fileno(), 2)
+    native_logs.restore()  # the new image starts its own filter
     os.environ[RESTART_ENV] = str(restart)
     os.execv(command[0], list(command))
 
@@ -170,7 +172,8 @@ def mute_native_stderr() -> None:
     that line (and Python logging) still reach the user.
     """
     sys.stderr.flush()
-    python_stderr = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    python_stderr = os.fdopen(os.dup(native_logs.real_stderr_fd()), "w", buffering=1, encoding="utf-8",
+                              errors="backslashreplace")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)

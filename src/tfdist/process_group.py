@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from tfdist import native_logs
 from tfdist.errors import Interrupted, RunError
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ class ProcessGroup:
                     signal.pthread_kill(main, signal.SIGUSR1)
                     if not self._stop_watching.wait(self.failure_grace):
                         self.stop()
+                        native_logs.restore()  # os._exit would lose what the filter has not passed on yet
                         sys.stderr.write(f"error: {self.failure}\n")
                         sys.stderr.flush()
                         os._exit(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import logging
 import os
@@ -266,11 +267,13 @@ def save_model(
     the logged model becomes a new version of that registered model, tagged
     with ``version_tags``; the version is returned.
     """
-    kwargs = _model_kwargs(model, example)
-    mlflow.tensorflow.save_model(model, str(path), **kwargs)
-    if not log_to_run:
-        return None
-    info = mlflow.tensorflow.log_model(model, name="model", registered_model_name=register_as, **kwargs)
+    # MLflow validates the input example with a Keras predict that draws a progress bar on stdout.
+    with contextlib.redirect_stdout(io.StringIO()):
+        kwargs = _model_kwargs(model, example)
+        mlflow.tensorflow.save_model(model, str(path), **kwargs)
+        if not log_to_run:
+            return None
+        info = mlflow.tensorflow.log_model(model, name="model", registered_model_name=register_as, **kwargs)
     version = info.registered_model_version
     if register_as and version is not None:
         client = mlflow.MlflowClient()

@@ -1,0 +1,103 @@
+"""Keep TensorFlow's native start-up chatter off the terminal, and let everything else through.
+
+TensorFlow's C++ code writes log lines straight to file descriptor 2, some of
+them before its own log level (``TF_CPP_MIN_LOG_LEVEL``) is read: the
+"All log messages before absl::InitializeLog()" banner, oneDNN's and the CUDA
+stub's INFO lines, and on a machine without a GPU an ERROR line about
+``cuInit``. Python cannot intercept them, so :func:`filter_native_stderr`
+moves descriptor 2 onto a pipe and a thread copies each line to the real
+stderr unless it is such chatter: absl-format INFO and WARNING lines, the
+banner, and the CUDA probe errors where no NVIDIA driver is installed. Every
+other line passes, Python's own (tracebacks, ``error: ...``, logging) and
+TensorFlow's ERROR and FATAL lines alike, so an error that matters still
+reaches the user.
+
+Every process the project starts (each stage, each worker) calls it before
+TensorFlow loads; ``TFDIST_TF_LOGS=1`` turns it off, for debugging.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+
+#: Set to 1 to see TensorFlow's native log lines again.
+SHOW_ENV = "TFDIST_TF_LOGS"
+_ABSL_INFO_OR_WARNING = re.compile(rb"^[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.+-]+:\d+\] ")
+_BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_CUDA_PROBE = re.compile(rb"^E\d{4} .*\] failed call to cuInit: ")
+
+_state: dict[str, object] = {}
+
+
+def is_chatter(line: bytes, has_nvidia_driver: bool) -> bool:
+    """Whether one line of native stderr is start-up chatter (dropped) rather than something to show."""
+    line = line.rstrip(b"\r\n")
+    if line == _BANNER or _ABSL_INFO_OR_WARNING.match(line):
+        return True
+    return not has_nvidia_driver and bool(_CUDA_PROBE.match(line))
+
+
+def nvidia_driver_present() -> bool:
+    """A CUDA initialisation failure matters only where an NVIDIA driver is installed."""
+    return Path("/proc/driver/nvidia").exists() or Path("/dev/nvidia0").exists()
+
+
+def filter_native_stderr() -> bool:
+    """Route descriptor 2 through the chatter filter for the rest of this process; True if it now does.
+
+    A no-op when ``TFDIST_TF_LOGS=1``, when already installed, or where stderr is not a descriptor.
+    """
+    if os.environ.get(SHOW_ENV) == "1" or _state:
+        return False
+    try:
+        sys.stderr.flush()
+        real = os.dup(2)
+    except (OSError, ValueError):
+        return False
+    read_end, write_end = os.pipe()
+    pipe = os.fstat(write_end).st_ino
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    pump = threading.Thread(target=_pump, args=(read_end, real, nvidia_driver_present()), name="native-stderr",
+                            daemon=True)
+    pump.start()
+    _state.update(real=real, pump=pump, pipe=pipe)
+    atexit.register(restore)
+    return True
+
+
+def real_stderr_fd() -> int:
+    """The descriptor of the terminal's (or DVC's) stderr: 2, or where the filter keeps it."""
+    return int(_state.get("real", 2))
+
+
+def restore() -> None:
+    """Put the real stderr back on descriptor 2 and let the filter drain: before exit, exec or ``os._exit``."""
+    if not _state:
+        return
+    real, pump, pipe = int(_state.pop("real")), _state.pop("pump"), _state.pop("pipe")
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    if os.fstat(2).st_ino == pipe:  # not if something else took descriptor 2 since (a muted coordinator)
+        os.dup2(real, 2)  # closes this process's last write end of the pipe: the pump reads to its end
+    pump.join(timeout=2)
+    os.close(real)
+
+
+def _pump(read_end: int, real: int, has_nvidia_driver: bool) -> None:
+    pending = b""
+    while chunk := os.read(read_end, 65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        shown = b"".join(line + b"\n" for line in lines if not is_chatter(line, has_nvidia_driver))
+        if shown:
+            os.write(real, shown)
+    if pending and not is_chatter(pending, has_nvidia_driver):
+        os.write(real, pending)
+    os.close(read_end)

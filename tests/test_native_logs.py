@@ -1,0 +1,68 @@
+"""TensorFlow's native start-up chatter stays off a stage's stderr; errors, and everything of Python's, pass."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tfdist.native_logs import is_chatter
+
+from conftest import REPO, tiny_params
+
+CHATTER = [
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    b"I0000 00:00:1796043301.682100   15878 port.cc:153] oneDNN custom operations are on.",
+    b"I0000 00:00:1796043301.682745   15878 cudart_stub.cc:31] Could not find cuda drivers on your machine",
+    b"W1130 12:00:01.000001    4242 grpc_server.cc:99] some warning",
+]
+CUDA_PROBE = b"E0000 00:00:1796043331.124173   16115 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error"
+KEPT = [
+    b"E0000 00:00:1796043331.1   16115 collective_ops.cc:9] The following tasks are unhealthy: /job:worker/task:1",
+    b"F0000 00:00:1.2   1 check.cc:1] Check failed",
+    b"error: train.epochs must be >= 1; got 0",
+    b"Traceback (most recent call last):",
+    b"INFO tfdist.roles: cluster mode: this process is worker-0 of 2 workers",
+]
+
+
+def test_chatter_is_told_apart_from_what_matters():
+    assert all(is_chatter(line, has_nvidia_driver=False) for line in CHATTER)
+    assert not any(is_chatter(line, has_nvidia_driver=False) for line in KEPT)
+    assert is_chatter(CUDA_PROBE, has_nvidia_driver=False)
+    assert not is_chatter(CUDA_PROBE, has_nvidia_driver=True), "with a driver installed, a CUDA failure matters"
+
+
+WRITER = textwrap.dedent("""
+    import os, sys
+    from tfdist import native_logs
+    assert native_logs.filter_native_stderr()
+    for line in {lines!r}:
+        os.write(2, line + b"\\n")       # as native code writes: straight to the descriptor
+    print("python's own stderr", file=sys.stderr)
+    native_logs.restore()
+    os._exit(3)                          # the way the launcher's watchdog leaves
+""")
+
+
+def test_the_filter_drops_chatter_keeps_the_rest_and_loses_nothing_on_a_hard_exit():
+    code = WRITER.format(lines=[*CHATTER, *KEPT])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.decode().splitlines() == [line.decode() for line in KEPT] + ["python's own stderr"]
+
+
+@pytest.mark.parametrize(("show", "chatter_shown"), [(None, False), ("1", True)])
+def test_a_stage_that_loads_tensorflow_prints_only_its_own_lines(tmp_path, show, chatter_shown):
+    tiny_params(tmp_path)
+    env = {key: value for key, value in os.environ.items() if key != "TFDIST_TF_LOGS"}
+    if show:
+        env["TFDIST_TF_LOGS"] = show
+    # evaluate loads TensorFlow (through MLflow's flavor) before it finds there is no model: exit 2, one line
+    result = subprocess.run([sys.executable, str(REPO / "stages" / "evaluate.py"), "--name", "missing"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: data/prepared/test.npz not found")
+    assert (len(lines) > 1) is chatter_shown, lines

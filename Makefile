@@ -6,17 +6,22 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser-deps repro test test-fast lint ui experiments plots clean
+.PHONY: help install browser-deps repro test test-fast lint lock ui experiments plots clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 install: $(VENV)/.installed vega/offline.html ## Create .venv and install tfdist with its dev extras, and the offline plots template
 
-$(VENV)/.installed: pyproject.toml
+# Every package at the version uv.lock pins (hashes checked): the environment the tests ran on.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+
+$(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[dev]"
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(UV) sync --frozen --extra dev --inexact
 	touch $@
 
 # dvc plots show draws with Vega inlined in its page (no CDN): pinned by vega/package-lock.json, from the npm registry.
@@ -44,8 +49,14 @@ test: install browser-deps ## Run the whole test suite, slow end-to-end and brow
 test-fast: install ## Run the tests but the slow end-to-end ones
 	python -m pytest -m "not slow"
 
-lint: install ## Check style with ruff
+lint: install ## Check style with ruff, and that uv.lock matches pyproject.toml
 	ruff check src stages tests benchmarks vega
+	$(UV) lock --check
+
+lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reinstall (commit uv.lock)
+	test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); }
+	$(UV) lock --upgrade
+	$(UV) sync --frozen --extra dev --inexact
 
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tfdist.runtime import keras, tf
-from tfdist.tf_private import tracing_count, untracked
+from tfdist.tf_private import create_optimizer_slots, tracing_count, untracked
 
 
 def test_untracked_attributes_are_neither_weights_nor_dependencies():
@@ -50,3 +50,12 @@ def test_resetting_the_eager_context_leaves_tensorflow_usable():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "3"
+
+
+def test_optimizer_slots_are_created_up_front_for_legacy_and_new_optimizers():
+    for make in (keras.optimizers.legacy.Adam, keras.optimizers.Adam):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        optimizer = make(0.01)
+        create_optimizer_slots(optimizer, model.trainable_variables)
+        variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+        assert len(variables) >= 4, f"{make.__name__}: two moments for each of kernel and bias"

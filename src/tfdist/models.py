@@ -15,12 +15,18 @@ from tfdist.config import ClipConfig, ModelConfig, TrainConfig
 from tfdist.data import CLASSES, PIXELS
 from tfdist.precision import policy
 from tfdist.runtime import keras, tf
-from tfdist.tf_private import untracked
+from tfdist.tf_private import create_optimizer_slots, untracked
 
+#: Each optimizer twice: tf_keras's original ("legacy") one, whose update is one fused
+#: kernel per variable (``ResourceApplyAdam``...), and the newer one, a dozen small ops per
+#: variable. At batch 25 a step is bound by per-op overhead, so the fused one trains about
+#: 20 % more samples/s (docs/performance.md) and is used, with the same algorithm and
+#: arguments, unless gradients are clipped: the original optimizers refuse clipping under
+#: CentralStorage and ParameterServer, the newer ones clip under every strategy.
 _OPTIMIZERS = {
-    "adam": keras.optimizers.Adam,
-    "sgd": keras.optimizers.SGD,
-    "rmsprop": keras.optimizers.RMSprop,
+    "adam": (keras.optimizers.legacy.Adam, keras.optimizers.Adam),
+    "sgd": (keras.optimizers.legacy.SGD, keras.optimizers.SGD),
+    "rmsprop": (keras.optimizers.legacy.RMSprop, keras.optimizers.RMSprop),
 }
 
 
@@ -148,8 +154,11 @@ def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, *
     gradients are combined and, under loss scaling, unscaled. Under a
     mixed_float16 policy ``compile`` wraps the optimizer in a LossScaleOptimizer.
     """
+    fused, general = _OPTIMIZERS[config.optimizer]
+    optimizer = (fused if config.clip.method == "none" else general)(learning_rate=learning_rate,
+                                                                     **clip_options(config.clip))
     model.compile(
-        optimizer=_OPTIMIZERS[config.optimizer](learning_rate=learning_rate, **clip_options(config.clip)),
+        optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         steps_per_execution=config.steps_per_execution,
@@ -158,7 +167,7 @@ def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, *
     )
     # Create the optimizer's slots now: created inside the first step instead,
     # they make tf.function trace the step twice for one input signature.
-    model.optimizer.build(model.trainable_variables)
+    create_optimizer_slots(model.optimizer, model.trainable_variables)
 
 
 def clip_options(clip: ClipConfig) -> dict[str, float]:

@@ -32,6 +32,19 @@ def reset_eager_context() -> None:
     _eager_context._reset_context()
 
 
+def create_optimizer_slots(optimizer: Any, variables: list[Any]) -> None:
+    """Create a tf_keras legacy optimizer's slot variables (Adam's moments...) for ``variables`` now.
+
+    The legacy optimizers (and their LossScaleOptimizer wrapper) create them on the first
+    ``apply_gradients``; the newer ones have a public ``build`` for it.
+    """
+    build = getattr(optimizer, "build", None)
+    if build is not None:
+        build(variables)
+    else:
+        optimizer._create_all_weights(variables)
+
+
 def tracing_count(function: Any) -> int:
     """How often a ``tf.function`` was traced (0 for anything else, or one never called)."""
     count = getattr(function, "experimental_get_tracing_count", None)

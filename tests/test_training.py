@@ -5,11 +5,12 @@ import pytest
 from tfdist.config import load_config
 from tfdist.data import load_split
 from tfdist.errors import InputError
+from tfdist.fit_callbacks import Diverged, LinearWarmup
 from tfdist.input_pipeline import make_worker_dataset_fn
 from tfdist.reports import EPOCH_COLUMNS
 from tfdist.runtime import keras, tf
 from tfdist.strategies import make_strategy
-from tfdist.training import Diverged, LinearWarmup, effective_learning_rate, train_model
+from tfdist.training import effective_learning_rate, train_model
 
 from conftest import SPLIT_REPLICAS, tiny_params
 

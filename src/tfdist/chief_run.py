@@ -16,13 +16,14 @@ from typing import Any
 from tfdist import atomic, tracking
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data import load_split, splits_digest
+from tfdist.fit_callbacks import Diverged
 from tfdist.hardware import Hardware, describe
 from tfdist.models import export_copy
 from tfdist.precision import HardwareSupport, announce, hardware_support
 from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
 from tfdist.runtime import keras, tf
 from tfdist.strategies import NORMAL_STRATEGY
-from tfdist.training import Diverged, TrainResult, weights_digest
+from tfdist.training import TrainResult, weights_digest
 from tfdist.training_run import TrainingRun
 
 log = logging.getLogger(__name__)

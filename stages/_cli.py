@@ -38,8 +38,9 @@ def stage_errors() -> Iterator[None]:
     # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
     for noisy in ("tensorflow", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # Two warnings ParameterServer training gives for the in-memory per-worker datasets it is meant for.
-    logging.getLogger("tensorflow").addFilter(_not_about_in_memory_datasets)
+    # Warnings ParameterServer training gives for what it is meant to do here: in-memory per-worker
+    # datasets, and a backup each epoch (whose saver TensorFlow traces anew, and calls that retracing).
+    logging.getLogger("tensorflow").addFilter(_not_parameter_server_noise)
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options across serialization")
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
@@ -54,8 +55,10 @@ def stage_errors() -> Iterator[None]:
         raise click.exceptions.Exit(err.exit_code) from None
 
 
-def _not_about_in_memory_datasets(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Found source dataset of type")
+def _not_parameter_server_noise(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Found source dataset of type")
+                or ("MultiDeviceSaver.save" in message and "triggered tf.function retracing" in message))
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:

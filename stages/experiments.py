@@ -15,6 +15,7 @@ import shutil
 import click
 
 from stages._cli import stage_errors
+from tfdist import native_logs
 from tfdist.config import knob_roles
 from tfdist.errors import InputError
 
@@ -36,6 +37,7 @@ def main(precision: int, dvc_args: tuple[str, ...]) -> None:
         dvc = shutil.which("dvc")
         if dvc is None:
             raise InputError("dvc is not on PATH; activate the project's environment (. .venv/bin/activate)")
+        native_logs.restore()  # dvc replaces this process: give it the real stderr
         os.execv(dvc, [dvc, "exp", "show", "--drop", hidden_columns(), "--precision", str(precision), *dvc_args])
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from stages._cli import config_options, stage_errors
+from tfdist import native_logs
 from tfdist.config import load_config
 from tfdist.errors import InputError
 
@@ -38,6 +39,7 @@ def main(params_path: Path, overrides: tuple[str, ...], host: str, port: int) ->
                    err=True)
         sys.stderr.flush()
         command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+        native_logs.restore()  # mlflow replaces this process: give it the real stderr
         os.execv(sys.executable, command)
 
 

@@ -8,7 +8,6 @@ backup key is, so the two cannot disagree. Not a DVC stage: a command for people
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
@@ -37,8 +36,7 @@ def main(precision: int, dvc_args: tuple[str, ...]) -> None:
         dvc = shutil.which("dvc")
         if dvc is None:
             raise InputError("dvc is not on PATH; activate the project's environment (. .venv/bin/activate)")
-        native_logs.restore()  # dvc replaces this process: give it the real stderr
-        os.execv(dvc, [dvc, "exp", "show", "--drop", hidden_columns(), "--precision", str(precision), *dvc_args])
+        native_logs.exec_program(dvc, [dvc, "exp", "show", "--drop", hidden_columns(), "--precision", str(precision), *dvc_args])
 
 
 if __name__ == "__main__":

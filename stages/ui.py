@@ -7,7 +7,6 @@ authentication, so it is not published on the network unless asked.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from pathlib import Path
@@ -39,8 +38,7 @@ def main(params_path: Path, overrides: tuple[str, ...], host: str, port: int) ->
                    err=True)
         sys.stderr.flush()
         command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
-        native_logs.restore()  # mlflow replaces this process: give it the real stderr
-        os.execv(sys.executable, command)
+        native_logs.exec_program(sys.executable, command)
 
 
 def _check_free(host: str, port: int) -> None:

@@ -66,3 +66,15 @@ def test_a_stage_that_loads_tensorflow_prints_only_its_own_lines(tmp_path, show,
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: data/prepared/test.npz not found")
     assert (len(lines) > 1) is chatter_shown, lines
+
+
+def test_a_program_that_replaces_a_filtered_process_keeps_a_working_stderr():
+    code = textwrap.dedent("""
+        import sys
+        from tfdist import native_logs
+        assert native_logs.filter_native_stderr()
+        native_logs.exec_program(sys.executable, [sys.executable, "-c",
+                                 "import sys; sys.stderr.write('after exec\\\\n'); sys.exit(4)"])
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (4, "after exec\n")

@@ -153,13 +153,11 @@ def restart_self(command: Sequence[str], restart: int) -> None:
     the cluster it coordinated: only a new process can start a new cluster.
     Never returns.
     """
-    sys.stdout.flush()
     sys.stderr.flush()
     if sys.stderr.fileno() != 2:  # native stderr was muted (mute_native_stderr): give it back
         os.dup2(sys.stderr.fileno(), 2)
-    native_logs.restore()  # the new image starts its own filter
     os.environ[RESTART_ENV] = str(restart)
-    os.execv(command[0], list(command))
+    native_logs.exec_program(command[0], command)  # the new image starts its own filter
 
 
 def mute_native_stderr() -> None:

@@ -23,7 +23,9 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 #: Set to 1 to see TensorFlow's native log lines again.
 SHOW_ENV = "TFDIST_TF_LOGS"
@@ -89,6 +91,17 @@ def restore() -> None:
         os.dup2(real, 2)  # closes this process's last write end of the pipe: the pump reads to its end
     pump.join(timeout=2)
     os.close(real)
+
+
+def exec_program(path: str, args: Sequence[str]) -> NoReturn:
+    """Replace this process by ``path`` with ``args``, the real stderr on descriptor 2.
+
+    Every exec of a filtered process goes through here: the filter's thread does not
+    survive ``exec``, so the new program would write into a pipe nobody reads and die.
+    """
+    sys.stdout.flush()
+    restore()
+    os.execv(path, list(args))
 
 
 def _pump(read_end: int, real: int, has_nvidia_driver: bool) -> None:

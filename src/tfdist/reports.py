@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,7 +192,7 @@ def _value(kind: Any, value: Any, where: str) -> Any:
         return {str(k): _value(args[1], v, f"{where}.{k}") for k, v in value.items()}
     if origin is list and isinstance(value, list):
         return [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is typing.Union or type(kind).__name__ == "UnionType":
+    if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         return _value(next(a for a in args if a is not type(None)), value, where)

@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser-deps repro test test-fast lint lock ui experiments plots clean
+.PHONY: help install browser-deps postgres repro test test-fast lint lock ui server experiments plots clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -14,6 +14,8 @@ help: ## List the targets
 install: $(VENV)/.installed vega/offline.html ## Create .venv and install tfdist with its dev extras, and the offline plots template
 
 # Every package at the version uv.lock pins (hashes checked): the environment the tests ran on.
+# Extras: dev (tests, lint), postgres (a PostgreSQL tracking store), auth (MLflow's basic-auth server).
+EXTRAS ?= dev postgres auth
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
@@ -21,7 +23,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(UV) sync --frozen --extra dev --inexact
+	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact
 	touch $@
 
 # dvc plots show draws with Vega inlined in its page (no CDN): pinned by vega/package-lock.json, from the npm registry.
@@ -43,6 +45,23 @@ browser-deps: ## Install Debian's chromium for the browser tests, if it is missi
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@test -x $(CHROMIUM) || { echo "error: no Chromium at $(CHROMIUM); install Debian's chromium package"; exit 1; }
 
+# A PostgreSQL store for MLflow (the team store): Debian's cluster, a role for you, and a database.
+PG_VERSION ?= 15
+PG_DATABASE ?= tfdist
+PG_USER ?= $(shell id -un)
+
+postgres: ## Start Debian's PostgreSQL, with a role for you and a database $(PG_DATABASE) (needs root or sudo)
+	@command -v pg_ctlcluster >/dev/null || { echo "error: PostgreSQL not installed: apt-get install postgresql"; exit 1; }
+	@AS_PG=$$( [ "$$(id -u)" = 0 ] && echo "runuser -u postgres --" || echo "sudo -u postgres" ); \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  pg_lsclusters --no-header $(PG_VERSION) main | grep -q online || \
+	    $$SUDO pg_ctlcluster --skip-systemctl-redirect $(PG_VERSION) main start; \
+	  $$AS_PG psql -qtAc "SELECT 1 FROM pg_roles WHERE rolname = '$(PG_USER)'" | grep -q 1 || \
+	    $$AS_PG createuser --createdb $(PG_USER); \
+	  psql -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$(PG_DATABASE)'" | grep -q 1 || \
+	    createdb $(PG_DATABASE); \
+	  echo "PostgreSQL $(PG_VERSION) is up: mlflow.tracking_uri postgresql://$(PG_USER)@/$(PG_DATABASE)?host=/var/run/postgresql"
+
 test: install browser-deps ## Run the whole test suite, slow end-to-end and browser tests included (as CI does)
 	python -m pytest --durations=25
 
@@ -56,7 +75,7 @@ lint: install ## Check style with ruff, and that uv.lock matches pyproject.toml
 lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reinstall (commit uv.lock)
 	test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); }
 	$(UV) lock --upgrade
-	$(UV) sync --frozen --extra dev --inexact
+	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact
 
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)

@@ -51,7 +51,7 @@ def test_markdown_and_figures(tmp_path):
     )
     markdown = render_markdown(comparison)
     assert "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 |" in markdown
-    assert "| central_storage | 105 | 4.750 | 0.00 | 9.5 | 1.05x | 0.9510 | +0.10 |" in markdown
+    assert "| central_storage | 105 | 90% | 4.750 | 0.00 | 9.5 | 1.05x | 0.9510 | +0.10 |" in markdown
     assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
@@ -88,7 +88,7 @@ def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
     assert row["speedup"] == pytest.approx(2.0) and row["wall_speedup"] == pytest.approx(0.75)
     assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
     assert "0.050 s vs 0.100 s per epoch at steady state" in comparison["verdict"]
-    assert "| mirrored | 72,000 | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)
+    assert "| mirrored | 72,000 | 90% | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)
 
 
 def test_run_labels_say_what_differs():

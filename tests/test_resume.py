@@ -51,7 +51,7 @@ def finished(workdir, strategy, name):
 
 def runs(workdir):
     mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlruns/mlflow.db")
-    return mlflow.search_runs(experiment_names=["tests"], output_format="list")
+    return mlflow.search_runs(experiment_names=["tests"], filter_string="tags.stage = 'train'", output_format="list")
 
 
 def metric_steps(run, key):

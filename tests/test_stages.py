@@ -103,7 +103,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert sorted((v.tags["strategy"], v.tags["run_name"], v.run_id == run.info.run_id) for v in versions) == [
         ("default", "normal", False), ("mirrored", "mirrored", True)]
 
-    result = invoke(compare)
+    result = invoke(compare, "--set", "mlflow.log_models=true", "--set", "mlflow.register_models=true")
     assert result.exit_code == 0, result.output
     out = workdir / "reports" / "compare"
     assert "Distribution" in result.output
@@ -115,8 +115,24 @@ def test_train_evaluate_compare(workdir, prepared_copy):
         "compare.html", "compare.json", "compare.md", "curves.csv", "figures", "metrics.json"]
     assert (out / "curves.csv").read_text().splitlines()[:2] == [
         "run,epoch,loss,accuracy,val_loss,val_accuracy", f"normal,1,{history_row('normal')}"]
-    compare_runs = mlflow.search_runs(filter_string="tags.stage = 'compare'", output_format="list")
-    assert len(compare_runs) == 1 and compare_runs[0].data.tags["compared.mirrored"] == report["mlflow_run_id"]
+    # One parent run per execution holds the comparison; the training runs are its children.
+    (parent,) = mlflow.search_runs(filter_string="tags.`tfdist.role` = 'execution'", output_format="list")
+    assert parent.info.status == "FINISHED" and parent.data.tags["compared"] == "normal,mirrored"
+    assert sorted(parent.data.metrics) == ["best_speedup", "best_test_accuracy", "runs_compared"]
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
+    assert {"compare.html", "compare.json", "compare.md", "figures"} <= artifacts
+    children = mlflow.search_runs(filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'", output_format="list")
+    assert sorted(child.data.tags["model_name"] for child in children) == ["mirrored", "normal"]
+    assert all(child.info.status == "FINISHED" for child in children)
+    # system metrics sampled while training, and the mean CPU use in the report
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+    assert 0 < report["cpu_percent"] <= 100
+    assert "| CPU use |" in (out / "compare.md").read_text()
+    # the champion: the best test accuracy (ties to speed) loads by alias
+    best = max(children, key=lambda child: (child.data.metrics["test_accuracy"], child.data.metrics["samples_per_second"]))
+    champion = mlflow.MlflowClient().get_model_version_by_alias("tfdist-mnist-classifier", "champion")
+    assert champion.run_id == best.info.run_id
+    assert mlflow.pyfunc.load_model("models:/tfdist-mnist-classifier@champion").metadata.run_id == best.info.run_id
 
 
 def test_compare_names_a_missing_report(workdir):

@@ -30,7 +30,7 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     digest = run.save(result)
     assert (paths.model / "MLmodel").is_file() and len(digest) == 64
 
-    report = run.report(result, digest, "", hardware_support("float32"))
+    report = run.report(result, digest, "", hardware_support("float32"), cpu_percent=50.0)
     assert isinstance(report, TrainReport) and report.run_label == "phases · fit · float32"
     assert report.paradigm == "none" and report.hardware.cpu_cores == os.cpu_count()
     assert report.hardware.device_kinds in (["CPU"], ["GPU"]) and report.weights_sha256 == digest

@@ -17,7 +17,7 @@ from tfdist import atomic, tracking
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data import load_split, splits_digest
 from tfdist.fit_callbacks import Diverged
-from tfdist.hardware import Hardware, describe
+from tfdist.hardware import CpuMeter, Hardware, describe
 from tfdist.models import export_copy
 from tfdist.precision import HardwareSupport, announce, hardware_support
 from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
@@ -34,31 +34,37 @@ class ChiefRun(TrainingRun):
 
     def train(self) -> TrainOutputs:
         """Track, train, save and report: what the train stage writes."""
-        self.open()
+        parent = self.open()
         support = announce(self.config.train.precision)
         resumed_run_id = self.backup.run_id
-        with tracking.start_run(self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id) as run_id:
+        with tracking.start_run(self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id,
+                                parent_run_id=parent, system_metrics=True) as run_id:
             self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
             if run_id != resumed_run_id:  # a resumed run has its input already
                 self.log_dataset()
             try:
-                result = self.fit([tracking.EpochMetricsLogger()])
+                with CpuMeter() as cpu:
+                    result = self.fit([tracking.EpochMetricsLogger()])
             except Diverged as err:
                 tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
                 raise
             digest = self.save(result)
-            tracking.log_metrics(summary_metrics(result))
+            tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent})
         self.backup.remove()
-        return TrainOutputs(self.report(result, digest, run_id, support), result.history)
+        return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent), result.history)
 
-    def open(self) -> None:
-        """Point tracking at the store (fails in seconds when it is bad); retire backups of changed params."""
+    def open(self) -> str:
+        """Point tracking at the store (fails in seconds when it is bad); retire backups of changed params.
+
+        Returns the execution's parent run, under which this run nests.
+        """
         tracking.configure(self.config.mlflow)
         for backup in self.stale:
             if backup.run_id and tracking.close_if_running(backup.run_id, "KILLED"):
                 log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
                          backup.run_id)
             backup.remove()
+        return tracking.execution_run(self.config)
 
     @property
     def title(self) -> str:
@@ -102,7 +108,8 @@ class ChiefRun(TrainingRun):
             )
         return digest
 
-    def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport) -> TrainReport:
+    def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,
+               cpu_percent: float) -> TrainReport:
         """The typed train report, with the hardware where training ran."""
         info, train = self.info, self.config.train
         return TrainReport(
@@ -120,7 +127,7 @@ class ChiefRun(TrainingRun):
             samples_per_second=result.samples_per_second, steady_epoch_seconds=result.steady_epoch_seconds,
             first_epoch_overhead_seconds=result.first_epoch_overhead,
             steady_samples_per_second=result.steady_samples_per_second, startup_seconds=result.startup_seconds,
-            **result.final(), weights_sha256=digest, mlflow_run_id=run_id, tensorflow=tf.__version__,
+            cpu_percent=cpu_percent, **result.final(), weights_sha256=digest, mlflow_run_id=run_id, tensorflow=tf.__version__,
             hardware=detect_hardware(self.task.hosts if self.task else None),
         )
 

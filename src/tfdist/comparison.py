@@ -89,6 +89,7 @@ def _row(report: TrainReport, result: EvalReport, base: TrainReport, base_accura
         "steady_epoch_seconds": report.steady_epoch_seconds,
         "first_epoch_overhead_seconds": report.first_epoch_overhead_seconds,
         "startup_seconds": report.startup_seconds,
+        "cpu_percent": report.cpu_percent,
         "speedup": base.steady_epoch_seconds / report.steady_epoch_seconds,
         "wall_speedup": base.train_seconds / report.train_seconds,
         "test_accuracy": result.accuracy,

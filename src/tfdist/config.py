@@ -357,6 +357,17 @@ def knob_roles(kind: type = Config, prefix: str = "") -> dict[str, str]:
     return roles
 
 
+def identifying_params(config: Config) -> dict[str, Any]:
+    """The knobs that say which run this is: all but the ``operational`` ones (they change how, not what).
+
+    A run's backup key and its pipeline execution's id hash these, so that
+    e.g. turning on ``mlflow.register_models`` for the compare stage alone
+    keeps it in the same execution as the training it compares.
+    """
+    roles = knob_roles()
+    return {key: value for key, value in to_flat_dict(config).items() if roles[key] != "operational"}
+
+
 def check_run_name(name: Any) -> str:
     """``name`` if it is a plain run name: letters, digits, ``_ . -``, not starting with a dot, at most 100 characters.
 

@@ -12,6 +12,9 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 #: Host names that mean "this machine" in a cluster spec.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -53,6 +56,32 @@ def describe(device_kinds: list[str], gpu_models: list[str], cluster_hosts: list
         local = any(host in LOCAL_HOSTS for host in cluster_hosts)
         hosts = ([platform.node()] if local else []) + [host for host in cluster_hosts if host not in LOCAL_HOSTS]
     return Hardware(hosts, os.cpu_count() or 1, cpu_model(), list(device_kinds), list(gpu_models))
+
+
+class CpuMeter:
+    """Mean CPU utilisation of this whole machine over a block, as MLflow's ``system/cpu_utilization_percentage``.
+
+    Machine-wide, not this process's: a local multi-worker run's workers and
+    parameter servers are other processes on the same cores. 100 means every
+    core busy for the whole block.
+    """
+
+    def __enter__(self) -> CpuMeter:
+        self._start = psutil.cpu_times()
+        self.percent = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        busy_start, total_start = _busy_and_total(self._start)
+        busy_end, total_end = _busy_and_total(psutil.cpu_times())
+        total = total_end - total_start
+        self.percent = 100.0 * (busy_end - busy_start) / total if total > 0 else 0.0
+
+
+def _busy_and_total(times: Any) -> tuple[float, float]:
+    """CPU seconds busy and in all, as psutil counts them (guest time is inside user time on Linux)."""
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 def _cpuinfo_field(name: str, cpuinfo: Path) -> str:

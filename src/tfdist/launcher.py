@@ -12,12 +12,16 @@ only waits must start in a blink.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import logging
 import os
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from tfdist import native_logs
@@ -38,24 +42,103 @@ LOOPBACK = "127.0.0.1"
 T = TypeVar("T")
 
 
+#: The ports live local launchers hold, machine-wide (JSON, under flock): TMPDIR moves it.
+PORT_BOOK = "tfdist-ports.json"
+#: Probe sockets to try before giving up on finding unheld ports.
+_PORT_TRIES = 200
+
+
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` distinct ports free on ``host`` right now (held open until all are chosen)."""
-    sockets = []
+    """``count`` distinct ports free on ``host`` now and held by no other live tfdist launcher; held for this one.
+
+    The kernel hands a probed port out again as soon as the probe closes, so
+    two launches starting at once (``dvc queue start -j 2``) could be given
+    the same port before either's tasks bind it. The port book records which
+    ports each launcher process holds; a dead launcher's are free again.
+    Release them with :func:`release_ports` when the cluster stops.
+
+    Raises:
+        RunError: no such ports after many tries (the ephemeral range is exhausted).
+    """
+    with _port_book() as book:
+        for port in [port for port, pid in book.items() if not _alive(pid)]:
+            del book[port]  # its launcher is gone
+        held = {int(port) for port in book}
+        chosen: list[int] = []
+        sockets = []
+        try:
+            for _ in range(_PORT_TRIES):
+                if len(chosen) == count:
+                    break
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                try:
+                    sock.bind((host, 0))
+                except OSError:
+                    break  # the kernel has no free port left in its range
+                port = sock.getsockname()[1]
+                if port not in held and port not in chosen:
+                    chosen.append(port)
+        finally:
+            for sock in sockets:
+                sock.close()
+        if len(chosen) < count:
+            raise RunError(f"no {count} free ports on {host} that another tfdist launch does not hold "
+                           f"({len(held)} held); wait for it, or widen net.ipv4.ip_local_port_range")
+        book.update({str(port): os.getpid() for port in chosen})
+        return chosen
+
+
+def release_ports(ports: Sequence[int]) -> None:
+    """Give back ports :func:`free_ports` held for this process."""
+    with _port_book() as book:
+        for port in ports:
+            if book.get(str(port)) == os.getpid():
+                del book[str(port)]
+
+
+@contextlib.contextmanager
+def _port_book() -> Iterator[dict[str, int]]:
+    """The port book as ``{port: launcher pid}``, read and written back under an exclusive lock."""
+    path = Path(tempfile.gettempdir()) / PORT_BOOK
+    with open(path, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            text = handle.read()
+            try:
+                book = {str(port): int(pid) for port, pid in json.loads(text).items()} if text.strip() else {}
+            except (ValueError, AttributeError):
+                book = {}  # a torn or foreign file: start a new book
+            yield book
+            handle.seek(0)
+            handle.truncate()
+            json.dump(book, handle)
+            handle.flush()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def cluster_ports(cluster: Mapping[str, list[str]]) -> list[int]:
+    """The ports of a cluster spec's addresses."""
+    return [int(address.rsplit(":", 1)[1]) for addresses in cluster.values() for address in addresses]
 
 
 def local_cluster(spec: StrategySpec, distributed: DistributedConfig) -> dict[str, list[str]]:
     """A cluster spec on free loopback ports, laid out by the strategy's ``local_jobs`` (never 0.0.0.0).
 
     Each job has ``distributed.workers`` or ``distributed.ps`` tasks, or one.
+    Its ports are held in the port book until :func:`release_ports`.
     """
     sizes = {job: 1 if count == "one" else getattr(distributed, count) for job, count in spec.local_jobs.items()}
     ports = iter(free_ports(sum(sizes.values())))
@@ -116,7 +199,7 @@ def _attempt(
     """One attempt: start the tasks, train or wait, stop them all."""
     cluster = local_cluster(spec, distributed)
     log.info("local mode: starting %s on loopback for %s", describe_cluster(cluster), spec.name)
-    with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch, _holding(cluster_ports(cluster)):
         try:
             with ProcessGroup() as group:
                 for task in tasks_of(cluster):
@@ -138,6 +221,15 @@ def _attempt(
         except BaseException as err:
             on_stop("KILLED" if isinstance(err, Interrupted) else "FAILED")
             raise
+
+
+@contextlib.contextmanager
+def _holding(ports: Sequence[int]) -> Iterator[None]:
+    """Hold ``ports`` in the port book for the block (they are already booked by :func:`free_ports`)."""
+    try:
+        yield
+    finally:
+        release_ports(ports)
 
 
 def restarts_done(environ: Mapping[str, str] | None = None) -> int:

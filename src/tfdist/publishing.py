@@ -52,26 +52,35 @@ def compare(config: Config, names: list[str], train_dir: Path, eval_dir: Path, o
 
 
 def _track_comparison(config: Config, comparison: dict, files: list[Path], figures: list[Path]) -> None:
-    """The compare run: its report, its figures, and a link to every run it compared (tags and description)."""
+    """Attach the comparison to the execution's parent run: report files, figures, a few headline numbers.
+
+    Only three metrics, so that MLflow's chart view shows the training runs'
+    curves, not a chart per compared run and number; each run's own numbers
+    are on its run. With registered models, ``@champion`` moves to the best.
+    """
     experiment_id = tracking.configure(config.mlflow)
     runs = comparison["runs"]
-    params = {"compared": ",".join(runs), "cpu_count": comparison["cpu_count"]}
+    ranked = sorted(runs.values(), key=lambda row: (row["test_accuracy"], row["samples_per_second"]), reverse=True)
     links = [
         f"- [{row['run_label']}](#/experiments/{experiment_id}/runs/{row['mlflow_run_id']}): "
         f"{row['speedup']:.2f}x, test accuracy {row['test_accuracy']:.4f}"
         for row in runs.values() if row["mlflow_run_id"]
     ]
-    tags = {
-        "stage": "compare",
-        tracking.EXECUTION_TAG: tracking.execution_id(config),
-        **{f"compared.{name}": row["mlflow_run_id"] for name, row in runs.items() if row["mlflow_run_id"]},
-        "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
-    }
-    with tracking.start_run("compare", params, tags):
+    execution = tracking.execution_id(config)
+    with tracking.reopen(tracking.execution_run(config)):
+        tracking.set_tags({
+            "compared": ",".join(runs), "cpu_count": comparison["cpu_count"],
+            "fastest": max(runs.values(), key=lambda row: row["samples_per_second"])["name"], "best": ranked[0]["name"],
+            "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
+        })
         tracking.log_metrics({
-            f"{name}.{key}": row[key]
-            for name, row in runs.items()
-            for key in ("train_seconds", "samples_per_second", "speedup", "test_accuracy")
+            "best_speedup": max(row["speedup"] for row in runs.values()),
+            "best_test_accuracy": ranked[0]["test_accuracy"],
+            "runs_compared": len(runs),
         })
         tracking.log_artifacts(files)
         tracking.log_artifacts(figures, "figures")
+    if config.mlflow.register_models:
+        tracking.set_champion(config.mlflow.registered_model, [row["mlflow_run_id"] for row in ranked if row["mlflow_run_id"]])
+    log.info("MLflow: this execution's training runs are at <UI>/%s (make ui prints the full address)",
+             tracking.runs_page(experiment_id, execution))

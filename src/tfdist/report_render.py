@@ -39,6 +39,7 @@ SETUP_COLUMNS = (
 RESULT_COLUMNS = (
     ("name", "run"),
     ("samples_per_second", "samples/s"),
+    ("cpu_percent", "CPU use"),
     ("steady_epoch_seconds", "s/epoch"),
     ("first_epoch_overhead_seconds", "1st-epoch overhead (s)"),
     ("train_seconds", "train time (s)"),
@@ -124,7 +125,7 @@ def _precision_note(rows: list[dict[str, Any]]) -> list[Block]:
 def _cell(key: str, value: Any) -> str:
     formats = {
         "train_seconds": "{:.1f}", "steady_epoch_seconds": "{:.3f}", "first_epoch_overhead_seconds": "{:.2f}",
-        "samples_per_second": "{:,.0f}", "speedup": "{:.2f}x", "test_accuracy": "{:.4f}",
+        "samples_per_second": "{:,.0f}", "cpu_percent": "{:.0f}%", "speedup": "{:.2f}x", "test_accuracy": "{:.4f}",
         "accuracy_delta_points": "{:+.2f}", "learning_rate": "{:g}",
     }
     if key == "synchronous":

@@ -70,6 +70,7 @@ class TrainReport:
         steady_epoch_seconds, first_epoch_overhead_seconds, steady_samples_per_second:
             steady state (epochs after the first) and what the first cost more.
         startup_seconds: process start to ``fit`` (None where unknown).
+        cpu_percent: mean CPU utilisation of the chief's machine while ``fit`` ran (% of all its cores).
         loss, accuracy, val_loss, val_accuracy: the last epoch's.
         weights_sha256: digest of the trained weights (equal digests: identical weights).
         mlflow_run_id: the run holding it in MLflow ("" when not tracked).
@@ -108,6 +109,7 @@ class TrainReport:
     first_epoch_overhead_seconds: float
     steady_samples_per_second: float
     startup_seconds: float | None
+    cpu_percent: float
     loss: float
     accuracy: float
     val_loss: float

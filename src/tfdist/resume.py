@@ -36,12 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import atomic
-from tfdist.config import Config, knob_roles, to_flat_dict
+from tfdist.config import Config, identifying_params
 
 log = logging.getLogger(__name__)
 
-#: Knob roles in the key: what decides the result, and the store the backup's run lives in.
-_KEY_ROLES = ("result", "tracking")
 
 
 def run_key(config: Config, strategy: str, data_files: Iterable[Path]) -> str:
@@ -50,8 +48,7 @@ def run_key(config: Config, strategy: str, data_files: Iterable[Path]) -> str:
     The MLflow store and experiment are in it too: the backup names a run of that
     store. Knobs of role ``operational`` are left out (see :data:`tfdist.config.ROLES`).
     """
-    roles = knob_roles()
-    params = {key: value for key, value in to_flat_dict(config).items() if roles[key] in _KEY_ROLES}
+    params = identifying_params(config)
     digest = hashlib.sha256()
     digest.update(json.dumps({"config": params, "strategy": strategy}, sort_keys=True).encode())
     for path in sorted(data_files):

@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import io
 import json
 import logging
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Iterator, Mapping
@@ -23,13 +25,16 @@ from typing import Any
 import mlflow
 import mlflow.data
 import mlflow.tensorflow
+import sqlalchemy
+import sqlalchemy.exc
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 from mlflow.utils.git_utils import get_git_commit
 
-from tfdist.config import Config, MlflowConfig, to_flat_dict
+from tfdist.config import Config, MlflowConfig, identifying_params, to_flat_dict
 from tfdist.errors import InputError
 from tfdist.runtime import keras, tf
+from tfdist.workspace import workspace_root
 
 log = logging.getLogger(__name__)
 
@@ -50,49 +55,129 @@ _EXPERIMENT_NOTE = (
 _DATASET_DIGEST_CHARS = 16
 
 
+#: URI schemes of a database MLflow opens directly, and the Python driver each needs (SQLAlchemy's defaults).
+_DATABASE_DRIVERS = {"postgresql": "psycopg2", "postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
+#: Seconds to wait for a database server before saying it does not answer (MLflow itself retries for ~100 s).
+_DATABASE_CONNECT_TIMEOUT = 5
+
+
+def store_uri(uri: str, cwd: Path | None = None) -> str:
+    """``uri`` with a relative sqlite path made absolute in the workspace (not in DVC's experiment copy)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(workspace_root(cwd) / uri[len("sqlite:///"):])
+    return uri
+
+
+def redact(uri: str) -> str:
+    """``uri`` without its password, for messages and logs."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def configure(config: MlflowConfig) -> str:
     """Point MLflow at the configured store and experiment; return the experiment id.
 
     Checked here, before training, so that a bad store fails in seconds, not
-    after the last epoch. A sqlite store's folder is created first (SQLAlchemy
-    will not), and its creation, schema upgrade and the experiment's creation
-    happen under a file lock: two stages starting at once on a fresh store
+    after the last epoch. A relative sqlite store is the workspace's, also
+    when DVC runs the stage in an experiment copy. The store's creation,
+    schema upgrade and the experiment's creation happen under a file lock in
+    the workspace: two stages starting at once on a fresh store
     (``dvc queue start -j 2``) would otherwise both migrate it and one fail.
 
     Raises:
-        InputError: the store cannot be reached, opened or written.
+        InputError: the store cannot be reached, opened or written, or its driver is not installed.
     """
-    uri = config.tracking_uri
-    if uri.startswith(("http://", "https://")):
-        _probe_server(uri)
-    lock = contextlib.nullcontext()
-    if uri.startswith("sqlite:///"):
-        database = Path(uri[len("sqlite:///") :])
+    uri = store_uri(config.tracking_uri)
+    shown = redact(config.tracking_uri)
+    scheme = uri.split(":", 1)[0].lower()
+    lock: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if scheme in ("http", "https"):
+        _probe_server(uri, shown)
+    elif scheme == "sqlite":
+        database = Path(uri[len("sqlite:///"):])
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise InputError(f"mlflow.tracking_uri {uri}: cannot create {database.parent} ({err.strerror})") from None
-        lock = _file_lock(database.with_name(database.name + ".lock"), uri)
+            raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
+        lock = _file_lock(database.with_name(database.name + ".lock"), shown)
+    elif scheme in _DATABASE_DRIVERS:
+        _probe_database(uri, shown, _DATABASE_DRIVERS[scheme])
+        lock = _file_lock(_local_artifacts() / ".store.lock", shown)
     mlflow.set_tracking_uri(uri)
     with lock:
         try:
-            experiment = mlflow.set_experiment(config.experiment)
-            if _EXPERIMENT_KIND not in experiment.tags:
-                client = mlflow.MlflowClient()
-                client.set_experiment_tag(experiment.experiment_id, _EXPERIMENT_KIND, "custom_model_development")
-                client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", _EXPERIMENT_NOTE)
+            experiment = _get_or_create_experiment(config.experiment, scheme)
         except MlflowException as err:
-            raise InputError(f"mlflow.tracking_uri {uri}: cannot use the tracking store ({err.message})") from None
+            raise InputError(f"mlflow.tracking_uri {shown}: cannot use the tracking store ({err.message})") from None
     return experiment.experiment_id
 
 
+def _local_artifacts() -> Path:
+    """Where a store without an artifact server keeps artifacts: the workspace's ``mlruns/``."""
+    folder = workspace_root() / "mlruns"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _get_or_create_experiment(name: str, scheme: str) -> Any:
+    """The experiment ``name``, created (tagged for the UI) if missing.
+
+    Created with its artifacts in the workspace's ``mlruns/`` for a store
+    MLflow opens directly (MLflow's default is ``./mlruns`` of whichever
+    directory created it: DVC's experiment copy, for a queued experiment);
+    a server decides for itself. Creating it twice at once (two processes on
+    one server) is fine: the loser reads the winner's.
+    """
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        location = None
+        if scheme not in ("http", "https"):
+            location = (_local_artifacts() / _slug(name)).as_uri()
+        try:
+            client.create_experiment(name, artifact_location=location, tags={
+                _EXPERIMENT_KIND: "custom_model_development", "mlflow.note.content": _EXPERIMENT_NOTE})
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        experiment = client.get_experiment_by_name(name)
+    mlflow.set_experiment(experiment_id=experiment.experiment_id)
+    return experiment
+
+
+def _slug(name: str) -> str:
+    """An experiment name as one folder name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".") or "experiment"
+
+
+def _probe_database(uri: str, shown: str, driver: str) -> None:
+    """Fail in seconds, naming the URI and the fix, when the driver is missing or the database does not answer."""
+    if importlib.util.find_spec(driver) is None:
+        raise InputError(
+            f"mlflow.tracking_uri {shown}: the PostgreSQL driver ({driver}) is not installed; "
+            "install the postgres extra: pip install -e '.[postgres]'"
+        )
+    engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": _DATABASE_CONNECT_TIMEOUT})
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+        raise InputError(f"mlflow.tracking_uri {shown}: cannot connect to the database ({reason})") from None
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
-def _file_lock(path: Path, uri: str) -> Iterator[None]:
+def _file_lock(path: Path, shown: str) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` for the block (released if the process dies)."""
     try:
         handle = open(path, "a")
     except OSError as err:
-        raise InputError(f"mlflow.tracking_uri {uri}: cannot write in {path.parent} ({err.strerror})") from None
+        raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path.parent} ({err.strerror})") from None
     with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -105,7 +190,7 @@ def _file_lock(path: Path, uri: str) -> Iterator[None]:
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 
-def _probe_server(uri: str, timeout: float = 5.0) -> None:
+def _probe_server(uri: str, shown: str, timeout: float = 5.0) -> None:
     """Fail in seconds, naming the URI, when no MLflow server answers there."""
     for key, value in _HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
@@ -114,12 +199,12 @@ def _probe_server(uri: str, timeout: float = 5.0) -> None:
             response.read(64)
     except urllib.error.HTTPError as err:
         if err.code >= 500:
-            raise InputError(f"mlflow.tracking_uri {uri}: the server answers with HTTP {err.code}; check it") from None
+            raise InputError(f"mlflow.tracking_uri {shown}: the server answers with HTTP {err.code}; check it") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise InputError(
-            f"mlflow.tracking_uri {uri}: no MLflow server answers ({reason}); start one "
-            "(mlflow server --host 127.0.0.1 --port 5000) or fix the URI"
+            f"mlflow.tracking_uri {shown}: no MLflow server answers ({reason}); start one "
+            "(python -m stages.server) or fix the URI"
         ) from None
 
 
@@ -147,13 +232,14 @@ def execution_id(config: Config) -> str:
     """Names one pipeline execution, the same in every stage of it without shared state.
 
     ``dvc exp run`` names its experiment in ``DVC_EXP_NAME``; otherwise the git
-    commit and a hash of the params identify what ran (a rerun of the same
-    commit and params is the same execution, as far as the results go).
+    commit and a hash of the identifying params (all but operational knobs)
+    identify what ran (a rerun of the same commit and params is the same
+    execution, as far as the results go).
     """
     experiment = os.environ.get("DVC_EXP_NAME")
     if experiment:
         return experiment
-    params = json.dumps(to_flat_dict(config), sort_keys=True, default=str)
+    params = json.dumps(identifying_params(config), sort_keys=True, default=str)
     commit = get_git_commit(os.getcwd())
     return f"{commit[:8] if commit else 'uncommitted'}-{hashlib.sha256(params.encode()).hexdigest()[:8]}"
 
@@ -168,23 +254,96 @@ def log_dataset(features: Any, targets: Any, name: str, sha256: str, source: str
     mlflow.log_input(dataset, context=context, tags={"sha256": sha256})
 
 
+#: Tags the parent run of a pipeline execution by; its stage runs are its children.
+ROLE_TAG = "tfdist.role"
+_EXECUTION_ROLE = "execution"
+#: Seconds between system metric samples (CPU, memory): MLflow's default of 10 s misses runs of seconds.
+SYSTEM_METRICS_INTERVAL = 1.0
+
+
+def execution_run(config: Config) -> str:
+    """The parent run of this pipeline execution: found by its tags, or created; its id.
+
+    Every stage of an execution nests its run under it, so MLflow's run list
+    reads as executions. It is a record, not a process: created FINISHED, it
+    is never left RUNNING by a stage that dies; the compare stage reopens it
+    to attach the comparison. Should two stages of one execution create it at
+    once, both settle on the oldest and the other is deleted.
+    """
+    execution = execution_id(config)
+    found = _execution_runs(execution)
+    if found:
+        return found[0].info.run_id
+    with mlflow.start_run(run_name=f"execution {execution}", tags={
+        **context_tags(), EXECUTION_TAG: execution, ROLE_TAG: _EXECUTION_ROLE,
+        "mlflow.note.content": f"One execution of the tfdist pipeline ({execution}): its stage runs are nested here; "
+                               "the comparison of them is this run's artifacts.",
+    }) as run:
+        created = run.info.run_id
+        mlflow.log_params(flatten(to_flat_dict(config)))
+    oldest = _execution_runs(execution)[0].info.run_id
+    if oldest != created:
+        mlflow.MlflowClient().delete_run(created)
+    return oldest
+
+
+def _execution_runs(execution: str) -> list[Any]:
+    """Parent runs tagged with ``execution``, oldest first."""
+    return mlflow.search_runs(
+        filter_string=f"tags.`{EXECUTION_TAG}` = '{execution}' and tags.`{ROLE_TAG}` = '{_EXECUTION_ROLE}'",
+        order_by=["attributes.start_time ASC", "attributes.run_id ASC"], output_format="list",
+    )
+
+
+def latest_execution() -> str | None:
+    """The execution id of the newest parent run in the current experiment, if any."""
+    runs = mlflow.search_runs(filter_string=f"tags.`{ROLE_TAG}` = '{_EXECUTION_ROLE}'",
+                              order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
+    return runs[0].data.tags[EXECUTION_TAG] if runs else None
+
+
+def runs_page(experiment_id: str, execution: str) -> str:
+    """The UI's address (after the server's URL) of one execution's training runs, charted.
+
+    ``workflowType=machine_learning`` opens MLflow 3's runs page instead of
+    its GenAI overview; the filter keeps the execution's training runs (their
+    parent holds the comparison as artifacts), fastest first.
+    """
+    query = urllib.parse.urlencode({
+        "workflowType": "machine_learning",
+        "compareRunsMode": "CHART",
+        "searchFilter": f"tags.`{EXECUTION_TAG}` = '{execution}' and tags.stage = 'train'",
+        "orderByKey": "metrics.`samples_per_second`",
+        "orderByAsc": "false",
+    }, quote_via=urllib.parse.quote)
+    return f"#/experiments/{experiment_id}/runs?{query}"
+
+
 @contextlib.contextmanager
 def start_run(
-    name: str, params: Mapping[str, Any], tags: Mapping[str, str], resume_run_id: str | None = None
+    name: str, params: Mapping[str, Any], tags: Mapping[str, str], resume_run_id: str | None = None,
+    parent_run_id: str | None = None, system_metrics: bool = False,
 ) -> Iterator[str]:
     """Open a run, log ``params`` and ``tags``, yield its id.
 
     With ``resume_run_id`` (a run this store holds), that run is reopened
     instead: a training resumed after a crash continues its own run, metrics
-    at the following steps. The run ends FINISHED on success, FAILED on an
-    exception and KILLED on Ctrl-C, never left RUNNING.
+    at the following steps. With ``parent_run_id`` the run is nested under
+    that one. With ``system_metrics`` MLflow samples CPU and memory use every
+    :data:`SYSTEM_METRICS_INTERVAL` seconds while the run is open. The run
+    ends FINISHED on success, FAILED on an exception and KILLED on Ctrl-C,
+    never left RUNNING.
     """
+    if system_metrics:
+        mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL)
+        mlflow.set_system_metrics_samples_before_logging(1)
     if resume_run_id and _exists(resume_run_id):
-        with mlflow.start_run(run_id=resume_run_id) as run:
+        with mlflow.start_run(run_id=resume_run_id, log_system_metrics=system_metrics) as run:
             mlflow.set_tags({**context_tags(), **tags})
             yield run.info.run_id
         return
-    with mlflow.start_run(run_name=name, tags={**context_tags(), **tags}) as run:
+    with mlflow.start_run(run_name=name, tags={**context_tags(), **tags}, parent_run_id=parent_run_id,
+                          log_system_metrics=system_metrics) as run:
         mlflow.log_params(flatten(params))
         yield run.info.run_id
 
@@ -236,11 +395,19 @@ def log_metrics(metrics: Mapping[str, float], run_id: str | None = None) -> None
     if run_id is None:
         mlflow.log_metrics(values)
         return
+    with reopen(run_id):
+        mlflow.log_metrics(values)
+
+
+@contextlib.contextmanager
+def reopen(run_id: str) -> Iterator[None]:
+    """Make the ended run ``run_id`` active again to add to it; it ends as :func:`start_run`'s do."""
     try:
-        with mlflow.start_run(run_id=run_id):
-            mlflow.log_metrics(values)
+        run = mlflow.start_run(run_id=run_id)
     except MlflowException as err:
-        raise InputError(f"MLflow run {run_id} cannot be reopened ({err.message}); rerun the train stage") from None
+        raise InputError(f"MLflow run {run_id} cannot be reopened ({err.message}); rerun the stage that made it") from None
+    with run:
+        yield
 
 
 def _pip_requirements() -> list[str]:
@@ -281,6 +448,27 @@ def save_model(
             client.set_model_version_tag(register_as, str(version), key, str(value))
         log.info("registered the model as %s version %s", register_as, version)
     return None if version is None else str(version)
+
+
+#: The alias the compare stage moves to the best registered version: models:/<name>@champion loads it.
+CHAMPION_ALIAS = "champion"
+
+
+def set_champion(registered_model: str, run_ids: list[str]) -> str | None:
+    """Point ``registered_model@champion`` at the version logged by the first of ``run_ids`` that has one.
+
+    ``run_ids`` come best first. Returns the version, or None when none of
+    the runs registered a model (``mlflow.register_models`` was off).
+    """
+    client = mlflow.MlflowClient()
+    for run_id in run_ids:
+        versions = client.search_model_versions(f"name = '{registered_model}' and run_id = '{run_id}'")
+        if versions:
+            version = max(versions, key=lambda v: int(v.version)).version
+            client.set_registered_model_alias(registered_model, CHAMPION_ALIAS, version)
+            log.info("models:/%s@%s is version %s", registered_model, CHAMPION_ALIAS, version)
+            return str(version)
+    return None
 
 
 def load_model(path: Path) -> keras.Model:

@@ -46,23 +46,26 @@ browser-deps: ## Install Debian's chromium for the browser tests, if it is missi
 	@test -x $(CHROMIUM) || { echo "error: no Chromium at $(CHROMIUM); install Debian's chromium package"; exit 1; }
 
 # A PostgreSQL store for MLflow (the team store): Debian's cluster, a role for you, and a database.
-PG_VERSION ?= 15
 PG_DATABASE ?= tfdist
 PG_USER ?= $(shell id -un)
 
-postgres: ## Start Debian's PostgreSQL, with a role for you and a database $(PG_DATABASE) (needs root or sudo)
-	@command -v pg_ctlcluster >/dev/null || { echo "error: PostgreSQL not installed: apt-get install postgresql"; exit 1; }
-	@AS_PG=$$( [ "$$(id -u)" = 0 ] && echo "runuser -u postgres --" || echo "sudo -u postgres" ); \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  pg_lsclusters --no-header $(PG_VERSION) main | grep -q online || \
-	    $$SUDO pg_ctlcluster --skip-systemctl-redirect $(PG_VERSION) main start; \
-	  $$AS_PG psql -qtAc "SELECT 1 FROM pg_roles WHERE rolname = '$(PG_USER)'" | grep -q 1 || \
-	    $$AS_PG createuser --createdb $(PG_USER); \
-	  psql -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$(PG_DATABASE)'" | grep -q 1 || \
-	    createdb $(PG_DATABASE); \
-	  echo "PostgreSQL $(PG_VERSION) is up: mlflow.tracking_uri postgresql://$(PG_USER)@/$(PG_DATABASE)?host=/var/run/postgresql"
+postgres: ## Start Debian's PostgreSQL (installed if missing), with a role for you and a database $(PG_DATABASE) (root or sudo)
+	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	AS_PG=$$( [ "$$(id -u)" = 0 ] && echo "runuser -u postgres --" || echo "sudo -u postgres" ); \
+	command -v pg_ctlcluster >/dev/null || { \
+	  echo "installing Debian's postgresql for the team-store tests"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }; \
+	VERSION=$$(pg_lsclusters --no-header | awk '$$2 == "main" {print $$1}' | sort -n | tail -1); \
+	test -n "$$VERSION" || { echo "error: no PostgreSQL cluster named main (pg_createcluster <version> main)"; exit 1; }; \
+	pg_lsclusters --no-header $$VERSION main | grep -q online || \
+	  $$SUDO pg_ctlcluster --skip-systemctl-redirect $$VERSION main start; \
+	$$AS_PG psql -qtAc "SELECT 1 FROM pg_roles WHERE rolname = '$(PG_USER)'" | grep -q 1 || \
+	  $$AS_PG createuser --createdb $(PG_USER); \
+	psql -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$(PG_DATABASE)'" | grep -q 1 || \
+	  createdb $(PG_DATABASE); \
+	echo "PostgreSQL $$VERSION is up: mlflow.tracking_uri postgresql://$(PG_USER)@/$(PG_DATABASE)?host=/var/run/postgresql"
 
-test: install browser-deps ## Run the whole test suite, slow end-to-end and browser tests included (as CI does)
+test: install browser-deps postgres ## Run the whole test suite, slow end-to-end, browser and PostgreSQL tests included (as CI does)
 	python -m pytest --durations=25
 
 test-fast: install ## Run the tests but the slow end-to-end ones
@@ -79,6 +82,9 @@ lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reins
 
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)
+
+server: install ## A team's MLflow server on PostgreSQL (make postgres first), artifacts proxied: http://127.0.0.1:$(PORT)
+	python -m stages.server --port $(PORT)
 
 experiments: install ## List experiments: the params that decide a result and the headline metrics (dvc exp show, trimmed)
 	python -m stages.experiments

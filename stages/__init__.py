@@ -14,6 +14,7 @@ from pathlib import Path
 from tfdist.native_logs import filter_native_stderr
 
 # ``python -m stages.x`` imports this package while sys.argv[0] is still "-m"; ``python stages/x.py``
-# has the script's path there.
-if sys.argv and (sys.argv[0] == "-m" or Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent):
+# has the script's path there: a stages/ folder, not necessarily this one (DVC's experiment copies and
+# test copies run their stages/ scripts with this installed package).
+if sys.argv and (sys.argv[0] == "-m" or Path(sys.argv[0]).parent.name == Path(__file__).parent.name):
     filter_native_stderr()

@@ -124,9 +124,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
     root = copy_project(tmp_path_factory.mktemp("pipeline"), data={"source": "sample"}, train={"epochs": 3})
     output = run_in_project(["dvc", "repro"], root)
     mlflow.set_tracking_uri(f"sqlite:///{root}/mlruns/mlflow.db")
-    (compare,) = mlflow.search_runs(experiment_names=["tfdist-mnist"], filter_string="tags.stage = 'compare'",
-                                    output_format="list")
-    return PipelineRun(root, output, compare.data.tags["tfdist.execution"])
+    (execution,) = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list",
+                                      filter_string="tags.`tfdist.role` = 'execution'")
+    return PipelineRun(root, output, execution.data.tags["tfdist.execution"])
 
 
 def local_mode_environment() -> dict[str, str]:

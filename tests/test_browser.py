@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -41,11 +42,20 @@ def project(pipeline):
 
 @pytest.fixture(scope="module")
 def runs(project, pipeline):
-    """That execution's runs by model name (``compare`` for the compare run)."""
+    """That execution's runs by model name (``execution`` for its parent run, which holds the comparison)."""
     mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
     found = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list",
                                filter_string=f"tags.`tfdist.execution` = '{pipeline.execution}'")
-    return {run.data.tags.get("model_name", run.data.tags["stage"]): run for run in found}
+    return {run.data.tags.get("model_name", "execution"): run for run in found}
+
+
+@dataclass(frozen=True)
+class UI:
+    """The served UI: its base URL, the server process, and the address of the newest training runs it printed."""
+
+    url: str
+    server: subprocess.Popen
+    printed: str
 
 
 def free_port() -> int:
@@ -62,6 +72,7 @@ def ui(project):
     server = subprocess.Popen([sys.executable, "-m", "stages.ui", "--port", str(port)], cwd=project, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    printed = [server.stdout.readline() for _ in range(2)]  # printed before mlflow starts: no wait on the server
     deadline = time.monotonic() + 90
     while True:
         try:
@@ -72,9 +83,9 @@ def ui(project):
             pass
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            pytest.fail(f"the MLflow UI did not come up at {url}:\n{server.stdout.read()[-3000:]}")
+            pytest.fail(f"the MLflow UI did not come up at {url}:\n{''.join(printed)}{server.stdout.read()[-3000:]}")
         time.sleep(0.5)
-    yield url, server
+    yield UI(url, server, printed[1].strip())
     os.killpg(server.pid, signal.SIGTERM)
     try:
         server.wait(timeout=15)
@@ -103,8 +114,23 @@ def close_assistant(page) -> None:
         close.first.click()
 
 
+def expand_execution(page, execution: str) -> None:
+    """Open an execution's row in the runs table: its stage runs are nested under it."""
+    page.get_by_text(execution, exact=True).first.wait_for(timeout=30_000)
+    close_assistant(page)
+    page.locator("[role=row]", has_text=execution).first.locator("button.du-bois-light-btn-link").first.click()
+
+
+def show_chart(page, metric: str) -> None:
+    """Find ``metric``'s chart with the chart view's search box (charts render as they scroll into view)."""
+    search = page.get_by_placeholder("Search metric charts")
+    search.fill(metric)
+    page.get_by_text(metric, exact=True).first.wait_for(timeout=30_000)
+    search.fill("")
+
+
 def add_metric_column(page, metric: str) -> None:
-    """Columns -> search -> tick ``metric`` (the run's own, not the compare run's ``normal.<metric>``)."""
+    """Columns -> search -> tick ``metric``."""
     page.get_by_role("button", name="Columns", exact=True).click()
     page.get_by_placeholder("Search columns").fill(metric)
     page.locator(f"xpath=//span[normalize-space(.)='{metric}']").last.click()
@@ -112,23 +138,59 @@ def add_metric_column(page, metric: str) -> None:
     page.locator(f"[role=columnheader][col-id='metrics.`{metric}`']").wait_for(timeout=15_000)
 
 
-def test_the_ui_command_serves_the_store_on_loopback_and_prints_its_url(ui):
-    url, server = ui
-    command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
-    assert [b"--host", b"127.0.0.1"] == command[command.index(b"--host"):command.index(b"--host") + 2]
-    assert b"--backend-store-uri" in command and b"sqlite:///mlruns/mlflow.db" in command
+def test_the_ui_command_serves_the_workspace_store_on_loopback_and_prints_the_newest_runs(ui, project, pipeline, runs):
+    command = Path(f"/proc/{ui.server.pid}/cmdline").read_bytes().decode().split("\0")
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert command[command.index("--backend-store-uri") + 1] == f"sqlite:///{project}/mlruns/mlflow.db"
+    assert command[command.index("--app-name") + 1] == "tfdist"
+    experiment_id = runs["normal"].info.experiment_id
+    assert ui.printed.startswith(f"{ui.url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
+    query = urllib.parse.parse_qs(ui.printed.split("?", 1)[1])
+    assert query["compareRunsMode"] == ["CHART"]
+    assert query["searchFilter"] == [f"tags.`tfdist.execution` = '{pipeline.execution}' and tags.stage = 'train'"]
+
+
+def test_from_the_home_page_the_experiment_opens_on_its_runs_and_the_training_curves(ui, runs, page):
+    """What a new user does: open the UI, click the experiment, open the execution, look at the charts."""
+    page.goto(ui.url)
+    page.get_by_role("link", name="tfdist-mnist").first.click()
+    execution = runs["execution"].info.run_name
+    page.get_by_text(execution, exact=True).first.wait_for(timeout=30_000)
+    assert "/runs" in page.url and "workflowType=machine_learning" in page.url, page.url
+    assert page.get_by_text("Detect issues").count() == 0, "not MLflow's GenAI overview"
+    expand_execution(page, execution)
+    for label in LABELS.values():
+        page.get_by_text(label, exact=True).first.wait_for(timeout=15_000)
+    shoot(page, "mlflow-home-to-runs.png")
+    page.locator("label:has(input[name=runs-view-mode][value=CHART])").click()
+    for chart in ("val_accuracy", "samples_per_second"):
+        show_chart(page, chart)
+
+
+def test_the_printed_address_charts_the_executions_training_runs_not_the_comparison(ui, runs, page):
+    page.goto(ui.printed)
+    for label in LABELS.values():
+        page.get_by_text(label, exact=True).first.wait_for(timeout=30_000)
+    close_assistant(page)
+    page.get_by_text("Model metrics", exact=False).first.wait_for(timeout=30_000)
+    body = page.inner_text("body")
+    assert f"{len(LABELS)} matching runs" in body
+    assert "best_speedup" not in body and "normal.speedup" not in body, "the comparison's numbers do not flood the charts"
+    assert "System metrics" in body, "CPU and memory over time"
+    shoot(page, "mlflow-charts.png")
+    show_chart(page, "val_accuracy")
 
 
 def test_the_experiment_lists_this_executions_runs_with_a_metric_column(ui, runs, page):
-    url, _ = ui
+    url = ui.url
     execution = runs["normal"].data.tags["tfdist.execution"]
     assert {run.data.tags["tfdist.execution"] for run in runs.values()} == {execution}
-    search = urllib.parse.quote(f"tags.`tfdist.execution` = '{execution}'")
+    search = urllib.parse.quote(f"tags.`tfdist.execution` = '{execution}' and tags.stage = 'train'")
     experiment_id = runs["normal"].info.experiment_id
     page.goto(f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&searchFilter={search}")
-    for label in (*LABELS.values(), "compare"):
+    expand_execution(page, runs["execution"].info.run_name)
+    for label in LABELS.values():
         page.get_by_text(label, exact=True).first.wait_for(timeout=30_000)
-    close_assistant(page)
 
     for metric in ("test_accuracy", "steady_samples_per_second"):
         add_metric_column(page, metric)
@@ -141,13 +203,13 @@ def test_the_experiment_lists_this_executions_runs_with_a_metric_column(ui, runs
     for name in LABELS:
         accuracy = runs[name].data.metrics["test_accuracy"]
         assert any(abs(value - accuracy) < 5e-4 for value in shown), f"{name}'s {accuracy} is not among {shown}"
-    assert f"{len(LABELS) + 1} matching runs" in page.inner_text("body")
+    assert f"{len(LABELS) + 1} matching runs" in page.inner_text("body"), "the training runs and their parent"
     page.set_viewport_size({"width": 1700, "height": 640})  # the table, not the empty page below it
     shoot(page, "mlflow-runs.png")
 
 
 def test_a_training_run_page_shows_its_params_dataset_and_model(ui, project, runs, page):
-    url, _ = ui
+    url = ui.url
     run = runs["mirrored"]
     page.goto(f"{url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning")
     page.get_by_text(LABELS["mirrored"], exact=True).first.wait_for(timeout=30_000)

@@ -1,9 +1,16 @@
+import socket
+import subprocess
+import sys
+
 import mlflow
 import pytest
 
 from tfdist import tracking
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
+from tfdist.workspace import workspace_root
+
+from conftest import tiny_params
 
 
 @pytest.fixture
@@ -98,3 +105,61 @@ def test_execution_id_is_the_dvc_experiment_or_commit_and_params(monkeypatch):
     assert first == again and first != other and first.split("-")[0] == other.split("-")[0]
     monkeypatch.setenv("DVC_EXP_NAME", "bf16-3ep")
     assert tracking.execution_id(Config()) == "bf16-3ep"
+
+
+# --- the workspace's store, also from DVC's experiment copies ------------------------------------------
+
+
+def test_a_relative_sqlite_store_resolves_to_the_workspace_even_from_a_dvc_experiment_copy(tmp_path):
+    copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpab12cd"
+    copy.mkdir(parents=True)
+    assert workspace_root(copy / "src") == tmp_path and workspace_root(tmp_path) == tmp_path
+    assert tracking.store_uri("sqlite:///mlruns/mlflow.db", copy) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert tracking.store_uri("sqlite:////abs/mlflow.db", copy) == "sqlite:////abs/mlflow.db"
+    assert tracking.store_uri("http://127.0.0.1:5000", copy) == "http://127.0.0.1:5000"
+
+
+def test_an_experiment_created_from_a_copy_keeps_its_artifacts_in_the_workspace(tmp_path, monkeypatch):
+    copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpab12cd"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    experiment_id = tracking.configure(MlflowConfig(tracking_uri="sqlite:///mlruns/mlflow.db", experiment="copied"))
+    assert (tmp_path / "mlruns" / "mlflow.db").is_file() and not (copy / "mlruns" / "mlflow.db").exists()
+    location = mlflow.get_experiment(experiment_id).artifact_location
+    assert location == (tmp_path / "mlruns" / "copied").as_uri()
+
+
+def test_passwords_never_reach_a_message():
+    assert tracking.redact("postgresql://team:s3cret@db.example:5432/mlflow") == "postgresql://team:***@db.example:5432/mlflow"
+    assert tracking.redact("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
+
+
+def _train_with_store(tmp_path, uri, *prelude):
+    """The train stage in a fresh interpreter against store ``uri`` (``prelude``: Python run first)."""
+    tiny_params(tmp_path, mlflow={"tracking_uri": uri})
+    code = "\n".join([*prelude, "import runpy, sys",
+                      "sys.argv = ['stages/train.py', '--params', sys.argv[1], '--name', 'x']",
+                      "runpy.run_module('stages.train', run_name='__main__')"])
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path / "params.yaml")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_postgres_without_its_driver_exits_2_naming_the_extra(tmp_path, prepared_copy):
+    result = _train_with_store(tmp_path, "postgresql://team:s3cret@127.0.0.1:1/mlflow",
+                               "import sys; sys.modules['psycopg'] = None  # as if the extra were not installed")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: mlflow.tracking_uri postgresql://team:***@127.0.0.1:1/mlflow: the PostgreSQL driver (psycopg) is not "
+        "installed; install the postgres extra: pip install -e '.[postgres]'")
+    assert "Traceback" not in result.stderr and not (tmp_path / "models").exists()
+
+
+def test_a_database_nobody_serves_fails_in_seconds_naming_it(tmp_path, prepared_copy):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = _train_with_store(tmp_path, f"postgresql://team:s3cret@127.0.0.1:{port}/mlflow")
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: mlflow.tracking_uri postgresql://team:***@127.0.0.1:{port}/mlflow: cannot connect "
+                           "to the database (") and "s3cret" not in result.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
+import importlib
 import io
 import json
 import logging
@@ -46,17 +46,17 @@ EXECUTION_TAG = "tfdist.execution"
 # The UI opens an experiment of this kind on its training runs (not the GenAI overview).
 _EXPERIMENT_KIND = "mlflow.experimentKind"
 _EXPERIMENT_NOTE = (
-    "Runs of the tfdist pipeline: one per training stage and one compare run per execution. "
-    "Filter one execution with ``tags.`tfdist.execution` = 'ID'``, ID being the DVC experiment name or "
-    "commit-paramshash; "
-    "the compare run's description links every run it compared."
+    "Runs of the tfdist pipeline: one parent run per pipeline execution (named ``execution ID``, ID being the DVC "
+    "experiment name or commit-paramshash), holding the comparison as artifacts, with one child run per training. "
+    "``make ui`` prints the address of the newest execution's training runs; filter one execution with "
+    "``tags.`tfdist.execution` = 'ID'``."
 )
 #: MLflow's own dataset digests are short; the full SHA-256 goes in the input's tags.
 _DATASET_DIGEST_CHARS = 16
 
 
-#: URI schemes of a database MLflow opens directly, and the Python driver each needs (SQLAlchemy's defaults).
-_DATABASE_DRIVERS = {"postgresql": "psycopg2", "postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
+#: URI schemes of a database MLflow opens directly, and the Python driver SQLAlchemy (2.1+) loads for each.
+_DATABASE_DRIVERS = {"postgresql": "psycopg", "postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
 #: Seconds to wait for a database server before saying it does not answer (MLflow itself retries for ~100 s).
 _DATABASE_CONNECT_TIMEOUT = 5
 
@@ -92,11 +92,9 @@ def configure(config: MlflowConfig) -> str:
     """
     uri = store_uri(config.tracking_uri)
     shown = redact(config.tracking_uri)
-    scheme = uri.split(":", 1)[0].lower()
+    scheme = probe_store(uri)
     lock: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if scheme in ("http", "https"):
-        _probe_server(uri, shown)
-    elif scheme == "sqlite":
+    if scheme == "sqlite":
         database = Path(uri[len("sqlite:///"):])
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +102,6 @@ def configure(config: MlflowConfig) -> str:
             raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
         lock = _file_lock(database.with_name(database.name + ".lock"), shown)
     elif scheme in _DATABASE_DRIVERS:
-        _probe_database(uri, shown, _DATABASE_DRIVERS[scheme])
         lock = _file_lock(_local_artifacts() / ".store.lock", shown)
     mlflow.set_tracking_uri(uri)
     with lock:
@@ -113,6 +110,20 @@ def configure(config: MlflowConfig) -> str:
         except MlflowException as err:
             raise InputError(f"mlflow.tracking_uri {shown}: cannot use the tracking store ({err.message})") from None
     return experiment.experiment_id
+
+
+def probe_store(uri: str) -> str:
+    """Check in seconds that a server answers at ``uri``, or that its database driver is here and the database answers.
+
+    Returns the URI's scheme. Raises InputError naming the URI (password
+    hidden) and the fix.
+    """
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        _probe_server(uri, redact(uri))
+    elif scheme in _DATABASE_DRIVERS:
+        _probe_database(uri, redact(uri), _DATABASE_DRIVERS[scheme])
+    return scheme
 
 
 def _local_artifacts() -> Path:
@@ -155,11 +166,13 @@ def _slug(name: str) -> str:
 
 def _probe_database(uri: str, shown: str, driver: str) -> None:
     """Fail in seconds, naming the URI and the fix, when the driver is missing or the database does not answer."""
-    if importlib.util.find_spec(driver) is None:
-        raise InputError(
-            f"mlflow.tracking_uri {shown}: the PostgreSQL driver ({driver}) is not installed; "
-            "install the postgres extra: pip install -e '.[postgres]'"
-        )
+    try:
+        importlib.import_module(driver)
+    except ImportError:
+        fix = "install the postgres extra: pip install -e '.[postgres]'"
+        if driver != "psycopg":
+            fix = f"pip install {driver}-binary, or use postgresql://... with the postgres extra"
+        raise InputError(f"mlflow.tracking_uri {shown}: the PostgreSQL driver ({driver}) is not installed; {fix}") from None
     engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": _DATABASE_CONNECT_TIMEOUT})
     try:
         with engine.connect():
@@ -274,8 +287,9 @@ def execution_run(config: Config) -> str:
     found = _execution_runs(execution)
     if found:
         return found[0].info.run_id
+    tags = {key: value for key, value in context_tags().items() if key != "dvc.stage"}  # of every stage, not the first
     with mlflow.start_run(run_name=f"execution {execution}", tags={
-        **context_tags(), EXECUTION_TAG: execution, ROLE_TAG: _EXECUTION_ROLE,
+        **tags, EXECUTION_TAG: execution, ROLE_TAG: _EXECUTION_ROLE,
         "mlflow.note.content": f"One execution of the tfdist pipeline ({execution}): its stage runs are nested here; "
                                "the comparison of them is this run's artifacts.",
     }) as run:
@@ -295,11 +309,28 @@ def _execution_runs(execution: str) -> list[Any]:
     )
 
 
-def latest_execution() -> str | None:
-    """The execution id of the newest parent run in the current experiment, if any."""
-    runs = mlflow.search_runs(filter_string=f"tags.`{ROLE_TAG}` = '{_EXECUTION_ROLE}'",
-                              order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
-    return runs[0].data.tags[EXECUTION_TAG] if runs else None
+def latest_runs_page(config: MlflowConfig) -> str:
+    """The UI address (after the server's URL) of the newest execution's training runs in ``config``'s store.
+
+    The experiment's runs page when it has no execution yet; ``""`` when the
+    store has no such experiment. Reads only: nothing is created.
+
+    Raises:
+        InputError: the store cannot be read.
+    """
+    mlflow.set_tracking_uri(store_uri(config.tracking_uri))
+    try:
+        experiment = mlflow.MlflowClient().get_experiment_by_name(config.experiment)
+        if experiment is None:
+            return ""
+        runs = mlflow.search_runs(experiment_ids=[experiment.experiment_id], max_results=1, output_format="list",
+                                  filter_string=f"tags.`{ROLE_TAG}` = '{_EXECUTION_ROLE}'",
+                                  order_by=["attributes.start_time DESC"])
+    except MlflowException as err:
+        raise InputError(f"mlflow.tracking_uri {redact(config.tracking_uri)}: cannot read the store ({err.message})") from None
+    if not runs:
+        return f"#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
+    return runs_page(experiment.experiment_id, runs[0].data.tags[EXECUTION_TAG])
 
 
 def runs_page(experiment_id: str, execution: str) -> str:

@@ -9,6 +9,7 @@ need the local server up (``make postgres``; .ci/run does it).
 
 from __future__ import annotations
 
+import base64
 import getpass
 import os
 import shutil
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -190,3 +192,52 @@ def test_two_queued_pipelines_at_once_record_through_a_server_on_postgresql(tmp_
     assert list(artifacts.rglob("compare.html")), "the server keeps the artifacts in --artifacts-destination"
     assert not (project / "mlruns").exists(), "a client of a server keeps nothing locally"
     no_run_left_running(url)
+
+
+def test_basic_auth_turns_away_anonymous_clients_and_serves_the_same_ui(tmp_path, database):
+    port = free_port()
+    env = {**local_mode_environment(), "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key",
+           "MLFLOW_AUTH_ADMIN_PASSWORD": "a-long-test-password-7", "MLFLOW_AUTH_CONFIG_PATH": str(tmp_path / "auth.ini")}
+    (tmp_path / "auth.ini").write_text(
+        f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{tmp_path}/auth.db\nadmin_username = admin\n"
+        "admin_password = a-long-test-password-7\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    process = subprocess.Popen([sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
+                                "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1", "--auth"],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"no server at {url}:\n{process.stdout.read()[-3000:]}")
+                time.sleep(0.5)
+        search = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(search, timeout=10)
+        assert refused.value.code == 401
+        request = urllib.request.Request(search, headers={"Authorization": "Basic " + base64.b64encode(
+            b"admin:a-long-test-password-7").decode()})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+        with urllib.request.urlopen(urllib.request.Request(url + "/", headers=request.headers), timeout=10) as page:
+            assert "mlflow.workflowType_v1" in page.read().decode()
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+        process.stdout.close()
+
+
+def test_the_server_refuses_auth_without_its_secrets_and_names_them(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
+    result = subprocess.run([sys.executable, "-m", "stages.server", "--auth", "--backend-store-uri",
+                             f"sqlite:///{tmp_path}/store.db"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --auth needs MLFLOW_FLASK_SERVER_SECRET_KEY and MLFLOW_AUTH_ADMIN_PASSWORD in the environment "
+        "(see docs/teams.md)")

@@ -88,8 +88,11 @@ def repro_seconds(tracking_uri: str) -> float:
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-") as folder:
         project = clone(Path(folder) / "repo", tracking_uri)
         env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+        env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"  # this venv's dvc
         start = time.perf_counter()
-        subprocess.run(["dvc", "repro"], cwd=project, env=env, check=True, capture_output=True)
+        done = subprocess.run(["dvc", "repro"], cwd=project, env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"dvc repro failed on {tracking_uri}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         return time.perf_counter() - start
 
 

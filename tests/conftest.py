@@ -196,7 +196,8 @@ def train_report(strategy: str, seconds: float, replicas: int = 1, devices: tupl
         base_learning_rate=0.001, learning_rate=0.001, warmup_steps=0, epochs=2, resumed_at_epoch=0,
         steps_per_epoch=100, traces={"train": 1, "test": 1}, train_seconds=seconds,
         samples_per_second=1000 / seconds, steady_epoch_seconds=seconds / 2, first_epoch_overhead_seconds=0.0,
-        steady_samples_per_second=1000 / seconds, startup_seconds=5.0, cpu_percent=90.0, loss=0.3, accuracy=0.9, val_loss=0.3,
+        steady_samples_per_second=1000 / seconds, startup_seconds=5.0, cpu_percent=90.0, params_per_device=[101_770],
+        bytes_per_step=0, stages=1, micro_batches=1, bubble_theory=None, bubble=None, loss=0.3, accuracy=0.9, val_loss=0.3,
         val_accuracy=0.9, weights_sha256="0" * 64, mlflow_run_id=f"id-{strategy}", tensorflow=tf.__version__,
         hardware=Hardware(["host-a"], 2, "test CPU", kinds, ["test GPU"] * (kinds == ["GPU"])),
     )

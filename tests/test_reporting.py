@@ -192,3 +192,26 @@ def test_the_report_says_which_machine_measured_it():
     line = ("*Measured on ci-runner (AMD EPYC, 2 cores, no GPU); the numbers are that machine's: "
             "run `dvc repro` to measure yours.*")
     assert line in render_markdown(comparison).splitlines()
+
+
+def test_the_three_paradigms_side_by_side_with_what_each_holds_moves_and_idles():
+    split = {"devices": ["/cpu:0", "/cpu:1"], "params_per_device": [100_480, 1_290], "bytes_per_step": 25_600,
+             "stages": 2}
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0),
+         "mirrored": train_report("mirrored", 12.0, 2, ["/cpu:0", "/cpu:1"], params_per_device=[101_770] * 2,
+                                  bytes_per_step=814_160),
+         "model_parallel": train_report("model_parallel", 11.0, paradigm="model", bubble=0.22, bubble_theory=0.5, **split),
+         "pipeline_parallel": train_report("pipeline_parallel", 14.0, paradigm="pipeline", micro_batches=5,
+                                           bubble=0.38, bubble_theory=1 / 6, **split)},
+        {name: eval_report(name, 0.95) for name in ("normal", "mirrored", "model_parallel", "pipeline_parallel")},
+    )
+    markdown = render_markdown(comparison)
+    assert "| model_parallel | model | 100,480 | 25,600 | 1 | 22% | 50% |" in markdown
+    assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 | 38% | 17% |" in markdown
+    assert "| mirrored | data | 101,770 | 814,160 | 1 | – | – |" in markdown
+    advice = comparison["advice"]["paradigms"]
+    assert "model_parallel held at most 100,480 parameters on a device and moved 25 KiB of activations per step" in advice
+    assert "idled 38% of a step (theory 17% for 2 stages and 5 micro-batches)" in advice
+    assert "kept all 101,770 parameters on every replica and moved 795 KiB per step" in advice
+    assert [p["name"] for p in comparison["scaling"]] == ["mirrored"], "a layer split is not projected as replicas"

@@ -61,8 +61,12 @@ def metric_steps(run, key):
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("strategy", ["default", "central_storage"])  # BackupAndRestore, and the plain checkpoint
+# BackupAndRestore, the plain checkpoint, and BackupAndRestore of a model split over two devices
+@pytest.mark.parametrize("strategy", ["default", "central_storage", "pipeline_parallel"])
 def test_a_killed_run_resumes_from_its_last_epoch_in_the_same_mlflow_run(workdir, strategy):
+    if strategy == "pipeline_parallel":
+        tiny_params(workdir, train={"epochs": EPOCHS, "batch_size": 8, "steps_per_execution": 25, "loop": "custom"},
+                    distributed={"micro_batches": 4})
     process = start(workdir, strategy, "crash")
     read_until(process, rf"Epoch 3/{EPOCHS}", [])  # epochs 1 and 2 are done and backed up
     process.send_signal(signal.SIGKILL)

@@ -4,6 +4,7 @@ import pytest
 
 from tfdist.config import DistributedConfig
 from tfdist.strategies import (
+    COMMUNICATION,
     NORMAL_STRATEGY,
     PIPELINE_STRATEGIES,
     REGISTRY,
@@ -55,7 +56,9 @@ def test_devices_cannot_be_resplit_once_tensorflow_runs():
 def test_every_record_is_consistent():
     for name, spec in REGISTRY.items():
         assert spec.name == name and name == name.lower()
-        assert spec.paradigm in ("none", "data") and spec.backup in ("keras", "checkpoint")
+        assert spec.paradigm in ("none", "data", "model", "pipeline") and spec.backup in ("keras", "checkpoint")
+        assert spec.communication in COMMUNICATION and set(spec.loops) <= {"fit", "custom"}, name
+        assert (spec.communication == "activations") == spec.splits_layers, name
         assert spec.device_rule in ("first", "split", "per_task", "tpu")
         assert bool(spec.cluster_jobs) == spec.multi_process == bool(spec.local_jobs), name
         assert not spec.launcher_trains or spec.multi_process, name

@@ -4,6 +4,7 @@ import os
 
 from tfdist.chief_run import ChiefRun
 from tfdist.config import load_config
+from tfdist.parallelism import Costs
 from tfdist.precision import hardware_support
 from tfdist.reports import RunPaths, TrainReport, read_report, write_report
 from tfdist.strategies import get_spec
@@ -30,7 +31,7 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     digest = run.save(result)
     assert (paths.model / "MLmodel").is_file() and len(digest) == 64
 
-    report = run.report(result, digest, "", hardware_support("float32"), cpu_percent=50.0)
+    report = run.report(result, digest, "", hardware_support("float32"), cpu_percent=50.0, costs=Costs([1], 0))
     assert isinstance(report, TrainReport) and report.run_label == "phases · fit · float32"
     assert report.paradigm == "none" and report.hardware.cpu_cores == os.cpu_count()
     assert report.hardware.device_kinds in (["CPU"], ["GPU"]) and report.weights_sha256 == digest

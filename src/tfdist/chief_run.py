@@ -11,6 +11,7 @@ chief (or only) process also:
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any
 
 from tfdist import atomic, tracking
@@ -19,6 +20,7 @@ from tfdist.data import load_split, splits_digest
 from tfdist.fit_callbacks import Diverged
 from tfdist.hardware import CpuMeter, Hardware, describe
 from tfdist.models import export_copy
+from tfdist.parallelism import Costs, step_costs
 from tfdist.precision import HardwareSupport, announce, hardware_support
 from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
 from tfdist.runtime import keras, tf
@@ -48,10 +50,11 @@ class ChiefRun(TrainingRun):
             except Diverged as err:
                 tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
                 raise
+            costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
             digest = self.save(result)
-            tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent})
+            tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)})
         self.backup.remove()
-        return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent), result.history)
+        return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)
 
     def open(self) -> str:
         """Point tracking at the store (fails in seconds when it is bad); retire backups of changed params.
@@ -109,7 +112,7 @@ class ChiefRun(TrainingRun):
         return digest
 
     def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,
-               cpu_percent: float) -> TrainReport:
+               cpu_percent: float, costs: Costs) -> TrainReport:
         """The typed train report, with the hardware where training ran."""
         info, train = self.info, self.config.train
         return TrainReport(
@@ -127,10 +130,19 @@ class ChiefRun(TrainingRun):
             samples_per_second=result.samples_per_second, steady_epoch_seconds=result.steady_epoch_seconds,
             first_epoch_overhead_seconds=result.first_epoch_overhead,
             steady_samples_per_second=result.steady_samples_per_second, startup_seconds=result.startup_seconds,
-            cpu_percent=cpu_percent, **result.final(), weights_sha256=digest, mlflow_run_id=run_id, tensorflow=tf.__version__,
+            cpu_percent=cpu_percent, **asdict(costs), **result.final(), weights_sha256=digest, mlflow_run_id=run_id,
+            tensorflow=tf.__version__,
             hardware=detect_hardware(self.task.hosts if self.task else None),
         )
 
+
+
+def cost_metrics(costs: Costs) -> dict[str, float]:
+    """A step's costs as MLflow metrics (the bubble only where the model is split)."""
+    metrics = {"bytes_per_step": costs.bytes_per_step, "max_params_per_device": max(costs.params_per_device)}
+    if costs.bubble is not None:
+        metrics.update(bubble=costs.bubble, bubble_theory=costs.bubble_theory)
+    return metrics
 
 
 def summary_metrics(result: TrainResult) -> dict[str, float]:

@@ -90,6 +90,13 @@ def _row(report: TrainReport, result: EvalReport, base: TrainReport, base_accura
         "first_epoch_overhead_seconds": report.first_epoch_overhead_seconds,
         "startup_seconds": report.startup_seconds,
         "cpu_percent": report.cpu_percent,
+        "params_per_device": report.params_per_device,
+        "max_params_per_device": max(report.params_per_device),
+        "bytes_per_step": report.bytes_per_step,
+        "stages": report.stages,
+        "micro_batches": report.micro_batches,
+        "bubble": report.bubble,
+        "bubble_theory": report.bubble_theory,
         "speedup": base.steady_epoch_seconds / report.steady_epoch_seconds,
         "wall_speedup": base.train_seconds / report.train_seconds,
         "test_accuracy": result.accuracy,
@@ -124,6 +131,13 @@ def verdict(rows: list[dict[str, Any]]) -> str:
 def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:
     """Why the best run went as fast as it did, from the hardware its report recorded where it trained."""
     cores = best["cpu_cores"]
+    if best["stages"] > 1:
+        shared = f", logical devices sharing the same {cores} CPU cores" if best["shared_cpu"] else ""
+        overlap = ("its micro-batches overlap the stages only in part" if best["micro_batches"] > 1
+                   else "only one stage works at a time")
+        return (f"It split the model's layers over {best['stages']} devices ({', '.join(best['devices'])}{shared}): "
+                f"every step moves activations and their gradients between them, and {overlap}; "
+                "a split pays when the model does not fit one device.")
     if best["shared_cpu"] and best["workers"] > 1:
         servers = f" and {best['ps']} parameter server(s)" if best["ps"] else ""
         return (f"Its {best['workers']} worker processes{servers} shared the same {cores} CPU cores of one machine, "
@@ -157,6 +171,8 @@ def scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     normal_step = normal["global_batch_size"] / normal["replicas"] / normal["samples_per_second"]
     projections = []
     for row in rows[1:]:
+        if row["paradigm"] != "data":
+            continue  # a layer split does not scale by adding replicas (see _paradigm_advice)
         units = row["replicas"] if row["synchronous"] else row["workers"]
         step = units * row["global_batch_size"] / row["replicas"] / row["samples_per_second"]
         per_unit = normal_step / step
@@ -175,7 +191,43 @@ def scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def advice(rows: list[dict[str, Any]], projections: list[dict[str, Any]], support: dict[str, dict]) -> dict[str, str]:
     """Three answers, from the numbers (and their :func:`scaling`) and the hardware: what to use here,
     with more devices, and precision."""
-    return {"use": _use_advice(rows), "scale": _scale_advice(projections), "precision": _precision_advice(rows, support)}
+    return {"use": _use_advice(rows), "scale": _scale_advice(projections), "paradigms": _paradigm_advice(rows),
+            "precision": _precision_advice(rows, support)}
+
+
+def _paradigm_advice(rows: list[dict[str, Any]]) -> str:
+    """When data, model and pipeline parallelism each pay, with what these runs held, moved and idled."""
+    split = [row for row in rows if row["paradigm"] in ("model", "pipeline")]
+    data = [row for row in rows if row["paradigm"] == "data"]
+    when = ("Data parallelism pays when the model fits one device and each replica gets a batch big enough to hide "
+            "the gradient exchange; model parallelism pays only when the model (with its optimizer state) does not "
+            "fit one device, as its stages work one after the other; pipeline parallelism then keeps them busy "
+            "together, the more so the more micro-batches per stage (bubble (S-1)/(M+S-1)), if the link between "
+            "devices carries the activations faster than a stage computes them.")
+    if not split:
+        return (when + " Only data parallelism ran here: add `model_parallel` and `pipeline_parallel` (with "
+                "`train.loop: custom`) to `distributed.strategies` to measure the other two.")
+    parts = []
+    for row in split:
+        bubble = "" if row["bubble"] is None else (
+            f", and its devices idled {row['bubble']:.0%} of a step (theory {row['bubble_theory']:.0%} for "
+            f"{row['stages']} stages and {row['micro_batches']} micro-batch{'es' if row['micro_batches'] > 1 else ''})")
+        parts.append(f"{row['name']} held at most {row['max_params_per_device']:,} parameters on a device and moved "
+                     f"{_kilobytes(row['bytes_per_step'])} of activations per step{bubble}; it ran at "
+                     f"{row['speedup']:.2f}x normal speed")
+    text = when + " Here: " + "; ".join(parts) + "."
+    if data:
+        least = min(data, key=lambda row: row["bytes_per_step"])
+        text += (f" Data parallelism kept all {least['max_params_per_device']:,} parameters on every replica and "
+                 f"moved {_kilobytes(least['bytes_per_step'])} per step at the least ({least['name']}).")
+    if rows[0]["cpu_cores"] <= 2 and all(kind == "CPU" for kind in rows[0]["device_kinds"]):
+        text += (" The devices here are logical CPU devices sharing the same cores, so a split adds per-op "
+                 "overhead and no compute: the measured idle share reflects that overhead more than the schedule.")
+    return text
+
+
+def _kilobytes(count: int) -> str:
+    return f"{count / 1024:,.0f} KiB" if count >= 1024 else f"{count} bytes"
 
 
 def _use_advice(rows: list[dict[str, Any]]) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from tfdist.errors import InputError
-from tfdist.strategies import DEFAULT_PIPELINE, PIPELINE_STRATEGIES
+from tfdist.strategies import ALL_REDUCE, DEFAULT_PIPELINE, PIPELINE_STRATEGIES
 
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
@@ -153,6 +153,10 @@ class DistributedConfig:
         ps: parameter server processes the local launcher starts for parameter_server.
         max_restarts: times the local launcher restarts every task after one dies
             (training resumes from the last backed-up epoch) before it gives up.
+        micro_batches: pieces each global batch is cut into under pipeline_parallel
+            (GPipe); must divide ``train.batch_size``.
+        all_reduce: multi_worker_mirrored's all-reduce: ``auto`` (TensorFlow picks:
+            ring on CPUs), ``ring`` (the algorithm Horovod popularised) or ``nccl`` (GPUs only).
     """
 
     strategies: list[str] = _knob(
@@ -163,6 +167,8 @@ class DistributedConfig:
     workers: int = _knob(2, ge=1)
     ps: int = _knob(1, ge=1)
     max_restarts: int = _knob(1, role="operational", ge=0)
+    micro_batches: int = _knob(5, ge=1)
+    all_reduce: str = _knob("auto", choices=ALL_REDUCE)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from tfdist.config import ClipConfig, ModelConfig, TrainConfig
 from tfdist.data import CLASSES, PIXELS
+from tfdist.placement import place
 from tfdist.precision import policy
 from tfdist.runtime import keras, tf
 from tfdist.tf_private import create_optimizer_slots, untracked
@@ -30,24 +31,35 @@ _OPTIMIZERS = {
 }
 
 
-def build_seed_model(config: ModelConfig) -> keras.Model:
+def build_seed_model(config: ModelConfig, devices: list[str] | None = None) -> keras.Model:
     """784 -> Dense(relu) per ``hidden_units`` -> Dropout -> Dense(10, softmax).
 
     Call inside ``strategy.scope()`` so the variables are created by the strategy.
+    With ``devices``, the layers are split over them (model parallelism).
     """
-    layers = [keras.Input(shape=(PIXELS,), name="pixels")]
-    layers += [keras.layers.Dense(units, activation="relu") for units in config.hidden_units]
-    layers += [keras.layers.Dropout(config.dropout), _output_layer()]
-    return keras.Sequential(layers, name="seed_mlp")
+    dense, dropout = _layers(config, devices)
+    return keras.Sequential([keras.Input(shape=(PIXELS,), name="pixels"), *dense[:-1], dropout, dense[-1]],
+                            name="seed_mlp")
 
 
-def build_model(config: ModelConfig, loop: str) -> keras.Model:
-    """The seed model for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``."""
+def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None, micro_batches: int = 0) -> keras.Model:
+    """The seed model for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``.
+
+    ``devices`` splits its layers over them; ``micro_batches`` (with
+    ``devices``) makes it a :class:`PipelineClassifier`.
+    """
     if loop == "custom":
-        model = DigitClassifier(config)
+        model = PipelineClassifier(config, devices, micro_batches) if micro_batches else DigitClassifier(config, devices)
         model.build((None, PIXELS))
         return model
-    return build_seed_model(config)
+    return build_seed_model(config, devices)
+
+
+def _layers(config: ModelConfig, devices: list[str] | None) -> tuple[list[keras.layers.Layer], keras.layers.Layer]:
+    """The Dense layers (the output last) and the Dropout, placed on ``devices`` if given."""
+    dense = [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units), _output_layer()]
+    dropout = keras.layers.Dropout(config.dropout)
+    return place(dense, dropout, devices) if devices else (dense, dropout)
 
 
 def _output_layer() -> keras.layers.Layer:
@@ -88,11 +100,10 @@ class DigitClassifier(keras.Model):
     ``nonfinite_steps`` counts steps whose gradients held inf or NaN.
     """
 
-    def __init__(self, config: ModelConfig, **kwargs: Any):
+    def __init__(self, config: ModelConfig, devices: list[str] | None = None, **kwargs: Any):
         super().__init__(name="digit_classifier", **kwargs)
-        self.hidden = [keras.layers.Dense(units, activation="relu") for units in config.hidden_units]
-        self.dropout = keras.layers.Dropout(config.dropout)
-        self.classifier = _output_layer()
+        dense, self.dropout = _layers(config, devices)
+        self.hidden, self.classifier = dense[:-1], dense[-1]
         self._hold_untracked((
             keras.metrics.Mean(name="gradient_norm"),
             MaxMetric(name="gradient_norm_max"),
@@ -128,6 +139,11 @@ class DigitClassifier(keras.Model):
         gradients = tape.gradient(scaled_loss, variables)
         if scaling:
             gradients = self.optimizer.get_unscaled_gradients(gradients)
+        self.apply_and_measure(gradients, variables)
+        return self.compute_metrics(x, y, predictions, sample_weight=None)
+
+    def apply_and_measure(self, gradients: list[tf.Tensor], variables: list[tf.Variable]) -> None:
+        """Apply unscaled ``gradients``, recording their global norm and whether it was finite."""
         norm = tf.linalg.global_norm(gradients)
         finite = tf.math.is_finite(norm)
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
@@ -135,7 +151,6 @@ class DigitClassifier(keras.Model):
         mean_norm.update_state(tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32))
         max_norm.update_state(tf.where(finite, norm, 0.0))
         nonfinite.update_state(1.0 - tf.cast(finite, tf.float32))
-        return self.compute_metrics(x, y, predictions, sample_weight=None)
 
     def test_step(self, data: tuple) -> dict[str, tf.Tensor]:
         x, y = data
@@ -143,6 +158,44 @@ class DigitClassifier(keras.Model):
         self.compute_loss(x, y, predictions)
         self.compute_metrics(x, y, predictions, sample_weight=None)
         return {m.name: m.result() for m in self.metrics if m not in self._step_metrics}
+
+
+class PipelineClassifier(DigitClassifier):
+    """The seed MLP split into stages on devices, trained GPipe style (pipeline parallelism).
+
+    Each global batch is cut into ``micro_batches`` equal pieces. For each, a
+    forward and a backward pass; the gradients add up, and one optimizer step
+    applies them (synchronous: the same update as the whole batch's). The
+    micro-batch loop is unrolled in one traced function, and a micro-batch's
+    stage-1 ops do not depend on the previous one's stage-2 ops, so
+    TensorFlow's executor runs stage 1 of micro-batch i+1 while stage 2 works
+    on micro-batch i: the pipeline. What stays idle while it fills and drains
+    is the bubble, (S-1)/(M+S-1) of the time for S stages and M micro-batches.
+    """
+
+    def __init__(self, config: ModelConfig, devices: list[str] | None, micro_batches: int, **kwargs: Any):
+        super().__init__(config, devices, **kwargs)
+        self.micro_batches = micro_batches
+
+    def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        x, y = data
+        scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+        variables = self.trainable_variables
+        accumulated: list[tf.Tensor] | None = None
+        predictions = []
+        for piece_x, piece_y in zip(tf.split(x, self.micro_batches), tf.split(y, self.micro_batches), strict=True):
+            with tf.GradientTape() as tape:
+                piece = self(piece_x, training=True)
+                # The mean over a micro-batch over M: the pieces add up to the batch's mean loss.
+                loss = self.compute_loss(piece_x, piece_y, piece) / self.micro_batches
+                scaled_loss = self.optimizer.get_scaled_loss(loss) if scaling else loss
+            gradients = tape.gradient(scaled_loss, variables)
+            accumulated = gradients if accumulated is None else [a + g for a, g in zip(accumulated, gradients, strict=True)]
+            predictions.append(piece)
+        if scaling:
+            accumulated = self.optimizer.get_unscaled_gradients(accumulated)
+        self.apply_and_measure(accumulated, variables)
+        return self.compute_metrics(x, y, tf.concat(predictions, axis=0), sample_weight=None)
 
 
 def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, **options: Any) -> None:

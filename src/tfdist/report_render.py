@@ -47,7 +47,16 @@ RESULT_COLUMNS = (
     ("test_accuracy", "test accuracy"),
     ("accuracy_delta_points", "Δ accuracy (points)"),
 )
-_TEXT_COLUMNS = ("name", "strategy", "loop", "precision", "unit")
+COST_COLUMNS = (
+    ("name", "run"),
+    ("paradigm", "paradigm"),
+    ("max_params_per_device", "parameters per device"),
+    ("bytes_per_step", "bytes moved per step"),
+    ("micro_batches", "micro-batches"),
+    ("bubble", "bubble measured"),
+    ("bubble_theory", "bubble in theory"),
+)
+_TEXT_COLUMNS = ("name", "strategy", "loop", "precision", "unit", "paradigm")
 
 Block = tuple  # ("h1" | "h2" | "p", text) | ("ul", [text]) | ("table", headers, aligns, rows) | ("img", file, alt)
 
@@ -62,6 +71,7 @@ def document(comparison: dict[str, Any]) -> list[Block]:
         blocks += [
             ("h2", "Advice"),
             ("ul", [f"**Here:** {advice['use']}", f"**With more devices:** {advice['scale']}",
+                    f"**Data, model or pipeline parallelism:** {advice['paradigms']}",
                     f"**Mixed precision:** {advice['precision']}"]),
         ]
         if comparison.get("scaling"):
@@ -71,6 +81,14 @@ def document(comparison: dict[str, Any]) -> list[Block]:
         _table(SETUP_COLUMNS, rows),
         ("h2", "Results"),
         _table(RESULT_COLUMNS, rows),
+        ("h2", "What each kind of distribution holds and moves"),
+        _table(COST_COLUMNS, rows),
+        ("p", "Parameters per device: the most any one device holds (a data-parallel replica holds them all; a layer "
+              "split, its layers'). Bytes moved per step: counted from tensor shapes and the strategy's pattern "
+              "(gradients reduced to one device and back, variables read from the central device, a ring "
+              "all-reduce, a worker's pull and push, or activations and their gradients across each stage "
+              "boundary). Bubble: the share of a step the split's devices were idle, measured (each stage timed "
+              "alone against the whole step) and in theory, (S-1)/(M+S-1) for S stages and M micro-batches."),
         ("p", "Samples/s and s/epoch are steady state: training examples per second, and the median training time "
               "of the epochs after the first. The first epoch also traces the step functions (and connects a "
               "cluster): its overhead is shown apart. Speed-up is normal s/epoch divided by the run's. Train time "
@@ -126,10 +144,13 @@ def _cell(key: str, value: Any) -> str:
     formats = {
         "train_seconds": "{:.1f}", "steady_epoch_seconds": "{:.3f}", "first_epoch_overhead_seconds": "{:.2f}",
         "samples_per_second": "{:,.0f}", "cpu_percent": "{:.0f}%", "speedup": "{:.2f}x", "test_accuracy": "{:.4f}",
-        "accuracy_delta_points": "{:+.2f}", "learning_rate": "{:g}",
+        "accuracy_delta_points": "{:+.2f}", "learning_rate": "{:g}", "max_params_per_device": "{:,}",
+        "bytes_per_step": "{:,}", "bubble": "{:.0%}", "bubble_theory": "{:.0%}",
     }
     if key == "synchronous":
         return "sync" if value else "async"
+    if value is None:
+        return "–"  # not measured for this kind of run (a bubble without a layer split)
     return formats[key].format(value) if key in formats else str(value)
 
 

@@ -71,6 +71,8 @@ class TrainReport:
             steady state (epochs after the first) and what the first cost more.
         startup_seconds: process start to ``fit`` (None where unknown).
         cpu_percent: mean CPU utilisation of the chief's machine while ``fit`` ran (% of all its cores).
+        params_per_device, bytes_per_step, stages, micro_batches, bubble_theory, bubble:
+            what a step holds and moves (:class:`tfdist.parallelism.Costs`).
         loss, accuracy, val_loss, val_accuracy: the last epoch's.
         weights_sha256: digest of the trained weights (equal digests: identical weights).
         mlflow_run_id: the run holding it in MLflow ("" when not tracked).
@@ -110,6 +112,12 @@ class TrainReport:
     steady_samples_per_second: float
     startup_seconds: float | None
     cpu_percent: float
+    params_per_device: list[int]
+    bytes_per_step: int
+    stages: int
+    micro_batches: int
+    bubble_theory: float | None
+    bubble: float | None
     loss: float
     accuracy: float
     val_loss: float

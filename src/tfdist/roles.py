@@ -44,7 +44,7 @@ def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch
         chief worker wrote them).
     """
     spec = get_spec(strategy_name)
-    spec.check_precision(config.train.precision)
+    spec.check(config)
     task = cluster_spec.read_tf_config()
     if task is None and spec.multi_process:
         if not launch:

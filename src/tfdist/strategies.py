@@ -25,6 +25,8 @@ from tfdist.errors import InputError
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from tfdist.config import Config
+
 log = logging.getLogger(__name__)
 
 
@@ -58,7 +60,12 @@ class StrategyInfo:
         return asdict(self)
 
 
-Builder = Callable[["StrategySpec", int, "ClusterTask | None"], "tuple[tf.distribute.Strategy, StrategyInfo]"]
+Builder = Callable[["StrategySpec", int, "ClusterTask | None", str],
+                   "tuple[tf.distribute.Strategy, StrategyInfo]"]
+#: multi_worker_mirrored's all-reduce implementations (``distributed.all_reduce``).
+ALL_REDUCE = ("auto", "ring", "nccl")
+#: How a step moves data between devices, per paradigm and strategy (what ``parallelism.bytes_per_step`` counts).
+COMMUNICATION = ("none", "reduce_to_one", "central", "ring", "push_pull", "activations")
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,10 @@ class StrategySpec:
 
     Attributes:
         name: the lower-case name users write (``--strategy``, ``distributed.strategies``).
-        paradigm: ``none`` (no distribution) or ``data`` (replicas of the whole
-            model on shards of each batch).
+        paradigm: ``none`` (no distribution), ``data`` (replicas of the whole
+            model on shards of each batch), ``model`` (the model's layers split
+            over devices, each batch crossing them) or ``pipeline`` (the same
+            split, each batch cut into micro-batches that keep every stage busy).
         multi_process: replicas live in several processes joined by a cluster
             spec (TF_CONFIG): cluster mode, or the local launcher.
         synchronous: all replicas apply each update together.
@@ -89,8 +98,13 @@ class StrategySpec:
             training (parameter_server's chief) rather than only waiting for
             worker processes that train (multi_worker_mirrored).
         in_pipeline: may be listed in ``distributed.strategies``.
-        builder: makes the strategy (called with this spec, the device count
-            and this process's cluster task, if any).
+        builder: makes the strategy (called with this spec, the device count,
+            this process's cluster task, if any, and ``distributed.all_reduce``).
+        communication: what a step moves between devices (:data:`COMMUNICATION`):
+            gradients reduced to one device and back, variables read from a central
+            device, a ring all-reduce, a worker's pull and push to the parameter
+            servers, or activations and their gradients across layer stages.
+        loops: the ``train.loop`` values it trains with.
     """
 
     name: str
@@ -107,6 +121,48 @@ class StrategySpec:
     local_jobs: Mapping[str, str] = field(default_factory=dict)
     launcher_trains: bool = False
     in_pipeline: bool = True
+    communication: str = "none"
+    loops: tuple[str, ...] = ("fit", "custom")
+
+    @property
+    def splits_layers(self) -> bool:
+        """The model's layers are placed on different devices (model and pipeline parallelism)."""
+        return self.paradigm in ("model", "pipeline")
+
+    def check(self, config: Config) -> None:
+        """Refuse at start, in one line, a combination of params this strategy cannot train.
+
+        Raises:
+            StrategyError: see :meth:`check_precision`; a loop it does not train
+                with; for a layer split, more devices than layers, XLA, or
+                micro-batches that do not divide the batch.
+        """
+        self.check_precision(config.train.precision)
+        if config.train.loop not in self.loops:
+            raise StrategyError(
+                f"strategy {self.name} needs train.loop {' or '.join(self.loops)}, not {config.train.loop}: its "
+                "GPipe step (micro-batches, accumulated gradients) replaces Keras's built-in train step; "
+                f"set train.loop: {self.loops[0]}"
+            )
+        if not self.splits_layers:
+            return
+        layers = len(config.model.hidden_units) + 1
+        if config.distributed.devices > layers:
+            raise StrategyError(
+                f"distributed.devices {config.distributed.devices} > the {layers} layers of the model "
+                f"(model.hidden_units {config.model.hidden_units} and the output): {self.name} puts whole layers "
+                "on devices; add hidden layers or lower distributed.devices"
+            )
+        if config.train.jit_compile:
+            raise StrategyError(
+                f"train.jit_compile true: XLA compiles a step for one device, which would undo {self.name}'s "
+                "placement; set train.jit_compile: false"
+            )
+        if self.paradigm == "pipeline" and config.train.batch_size % config.distributed.micro_batches:
+            raise StrategyError(
+                f"distributed.micro_batches {config.distributed.micro_batches} does not divide train.batch_size "
+                f"{config.train.batch_size}: GPipe cuts each batch into equal micro-batches; pick a divisor"
+            )
 
     def check_precision(self, precision: str) -> None:
         """Refuse at start a precision TensorFlow cannot train under this strategy.
@@ -123,9 +179,10 @@ class StrategySpec:
                 f"{', '.join(able)}, not {self.name}; use mixed_bfloat16 (no loss scaling) or float32"
             )
 
-    def build(self, devices: int = 2, task: ClusterTask | None = None) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+    def build(self, devices: int = 2, task: ClusterTask | None = None,
+              all_reduce: str = "auto") -> tuple[tf.distribute.Strategy, StrategyInfo]:
         """The TensorFlow strategy, made first thing in the process (logical devices freeze after the first op)."""
-        return self.builder(self, devices, task)
+        return self.builder(self, devices, task, all_reduce)
 
 
 def _tensorflow() -> Any:
@@ -199,18 +256,18 @@ def _info(spec: StrategySpec, strategy: Any, devices: list[str], workers: int = 
     return info
 
 
-def _build_default(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_default(spec: StrategySpec, devices: int, task: ClusterTask | None, all_reduce: str) -> tuple[Any, StrategyInfo]:
     strategy = _tensorflow().distribute.get_strategy()
     return strategy, _info(spec, strategy, [_first_device()])
 
 
-def _build_one_device(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_one_device(spec: StrategySpec, devices: int, task: ClusterTask | None, all_reduce: str) -> tuple[Any, StrategyInfo]:
     device = _first_device()
     strategy = _tensorflow().distribute.OneDeviceStrategy(device)
     return strategy, _info(spec, strategy, [device])
 
 
-def _build_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None, all_reduce: str) -> tuple[Any, StrategyInfo]:
     tf = _tensorflow()
     names = configure_cpu_devices(devices)
     # NCCL all-reduce exists only between GPUs; on CPUs reduce through one device.
@@ -220,20 +277,23 @@ def _build_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None) 
     return strategy, _info(spec, strategy, names)
 
 
-def _build_central_storage(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_central_storage(spec: StrategySpec, devices: int, task: ClusterTask | None,
+                           all_reduce: str) -> tuple[Any, StrategyInfo]:
     names = configure_cpu_devices(devices)
     strategy = _tensorflow().distribute.experimental.CentralStorageStrategy(names, parameter_device="/cpu:0")
     return strategy, _info(spec, strategy, names)
 
 
-def _build_multi_worker_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_multi_worker_mirrored(spec: StrategySpec, devices: int, task: ClusterTask | None,
+                                 all_reduce: str) -> tuple[Any, StrategyInfo]:
     # Every worker process contributes its local device(s): one CPU, or its GPUs.
-    # RING collectives work on CPUs; NCCL would need GPUs on every worker.
+    # AUTO picks ring collectives on CPUs and NCCL between GPUs; NCCL needs GPUs on every worker.
     tf = _tensorflow()
+    if all_reduce == "nccl" and not tf.config.list_physical_devices("GPU"):
+        raise StrategyError("distributed.all_reduce nccl needs a GPU on every worker (NCCL runs between GPUs), "
+                            "and this machine has none; use auto or ring")
     implementation = tf.distribute.experimental.CommunicationImplementation
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=implementation.AUTO if tf.config.list_physical_devices("GPU") else implementation.RING
-    )
+    options = tf.distribute.experimental.CommunicationOptions(implementation=getattr(implementation, all_reduce.upper()))
     kwargs = {"cluster_resolver": _resolver(task)} if task is not None else {}
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options, **kwargs)
     tasks = [f"/job:{job}/task:{i}" for job in ("chief", "worker") for i in range(task.count(job) if task else 0)]
@@ -241,7 +301,8 @@ def _build_multi_worker_mirrored(spec: StrategySpec, devices: int, task: Cluster
     return strategy, _info(spec, strategy, tasks, workers=len(tasks))
 
 
-def _build_parameter_server(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_parameter_server(spec: StrategySpec, devices: int, task: ClusterTask | None,
+                            all_reduce: str) -> tuple[Any, StrategyInfo]:
     # Each worker runs whole steps on its own and pushes its updates to the
     # parameter servers without waiting for the others: asynchronous training.
     # num_replicas_in_sync is the replicas *per worker* (1 on a CPU worker), so a
@@ -256,7 +317,18 @@ def _build_parameter_server(spec: StrategySpec, devices: int, task: ClusterTask 
     return strategy, _info(spec, strategy, workers, workers=len(workers), ps=task.count("ps"))
 
 
-def _build_tpu(spec: StrategySpec, devices: int, task: ClusterTask | None) -> tuple[Any, StrategyInfo]:
+def _build_layer_split(spec: StrategySpec, devices: int, task: ClusterTask | None,
+                      all_reduce: str) -> tuple[Any, StrategyInfo]:
+    # No tf.distribute strategy splits a model: the default strategy holds it, and the
+    # model places its layers on these devices itself (tfdist.placement).
+    names = configure_cpu_devices(devices)
+    strategy = _tensorflow().distribute.get_strategy()
+    info = StrategyInfo(spec.name, f"{type(strategy).__name__} + layers on devices", 1, names, 1, 0, spec.synchronous)
+    log.info("strategy %s: the model's layers on %s", spec.name, ", ".join(names))
+    return strategy, info
+
+
+def _build_tpu(spec: StrategySpec, devices: int, task: ClusterTask | None, all_reduce: str) -> tuple[Any, StrategyInfo]:
     tf = _tensorflow()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
@@ -277,18 +349,26 @@ _SPECS = (
     StrategySpec("one_device", "none", multi_process=False, synchronous=True, loss_scaling=True, backup="checkpoint",
                  device_rule="first", replica_count="1", builder=_build_one_device),
     StrategySpec("mirrored", "data", multi_process=False, synchronous=True, loss_scaling=True, backup="keras",
-                 device_rule="split", replica_count="one per device", builder=_build_mirrored),
+                 device_rule="split", replica_count="one per device", builder=_build_mirrored,
+                 communication="reduce_to_one"),
     StrategySpec("central_storage", "data", multi_process=False, synchronous=True, loss_scaling=False,
                  backup="checkpoint", device_rule="split", replica_count="one per device",
-                 builder=_build_central_storage),
+                 builder=_build_central_storage, communication="central"),
     StrategySpec("multi_worker_mirrored", "data", multi_process=True, synchronous=True, loss_scaling=True,
                  backup="keras", device_rule="per_task", replica_count="one per device of every worker",
                  builder=_build_multi_worker_mirrored, cluster_jobs=(("worker", "chief"),), forbidden_jobs=("ps",),
-                 local_jobs={"worker": "workers"}),
+                 local_jobs={"worker": "workers"}, communication="ring"),
     StrategySpec("parameter_server", "data", multi_process=True, synchronous=False, loss_scaling=False,
                  backup="keras", device_rule="per_task", replica_count="one per device of one worker (per step)",
                  builder=_build_parameter_server, cluster_jobs=(("chief",), ("worker",), ("ps",)),
-                 local_jobs={"chief": "one", "worker": "workers", "ps": "ps"}, launcher_trains=True),
+                 local_jobs={"chief": "one", "worker": "workers", "ps": "ps"}, launcher_trains=True,
+                 communication="push_pull"),
+    StrategySpec("model_parallel", "model", multi_process=False, synchronous=True, loss_scaling=True, backup="keras",
+                 device_rule="split", replica_count="1 (its layers on the devices)", builder=_build_layer_split,
+                 communication="activations"),
+    StrategySpec("pipeline_parallel", "pipeline", multi_process=False, synchronous=True, loss_scaling=True,
+                 backup="keras", device_rule="split", replica_count="1 (layer stages, micro-batches in flight)",
+                 builder=_build_layer_split, communication="activations", loops=("custom",)),
     StrategySpec("tpu", "data", multi_process=False, synchronous=True, loss_scaling=False, backup="keras",
                  device_rule="tpu", replica_count="one per TPU core", builder=_build_tpu, in_pipeline=False),
 )
@@ -316,7 +396,8 @@ def get_spec(name: Any) -> StrategySpec:
     return REGISTRY[name.lower()]
 
 
-def make_strategy(name: Any, devices: int = 2, task: ClusterTask | None = None) -> tuple[tf.distribute.Strategy, StrategyInfo]:
+def make_strategy(name: Any, devices: int = 2, task: ClusterTask | None = None,
+                  all_reduce: str = "auto") -> tuple[tf.distribute.Strategy, StrategyInfo]:
     """Build the strategy called ``name``.
 
     Args:
@@ -329,4 +410,4 @@ def make_strategy(name: Any, devices: int = 2, task: ClusterTask | None = None) 
         StrategyError: ``name`` is not a known strategy, or needs hardware or a
             cluster that is absent.
     """
-    return get_spec(name).build(devices, task)
+    return get_spec(name).build(devices, task, all_reduce)

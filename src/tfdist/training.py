@@ -145,6 +145,9 @@ class FitPlan:
         asynchronous: ParameterServer training (per-worker datasets, a step count per epoch).
         val_batch: the validation batch size.
         shards: validation shards for ParameterServer's exact evaluation (0: not sharded).
+        stage_devices: the devices the model's layers are split over (model and
+            pipeline parallelism; empty: the strategy places the model).
+        micro_batches: micro-batches per step under pipeline parallelism (0: none).
     """
 
     global_batch: int
@@ -154,6 +157,8 @@ class FitPlan:
     asynchronous: bool
     val_batch: int
     shards: int
+    stage_devices: tuple[str, ...] = ()
+    micro_batches: int = 0
 
     @classmethod
     def of(cls, config: Config, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
@@ -172,8 +177,11 @@ class FitPlan:
             # at least one batch per shard; the batch size does not change the metrics.
             shards = min(5 * info.workers, val_size)
             val_batch = min(global_batch, val_size // shards)
+        spec = get_spec(info.name)
         return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
-                   round(config.train.warmup_epochs * steps), asynchronous, val_batch, shards)
+                   round(config.train.warmup_epochs * steps), asynchronous, val_batch, shards,
+                   stage_devices=tuple(info.devices) if spec.splits_layers else (),
+                   micro_batches=config.distributed.micro_batches if spec.paradigm == "pipeline" else 0)
 
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
@@ -204,7 +212,7 @@ class FitPlan:
 def build_compiled(config: Config, strategy: tf.distribute.Strategy, plan: FitPlan) -> keras.Model:
     """The seed model for ``train.loop``, built and compiled under the precision policy and ``strategy.scope()``."""
     with precision.policy(config.train.precision), strategy.scope():
-        model = build_model(config.model, config.train.loop)
+        model = build_model(config.model, config.train.loop, list(plan.stage_devices) or None, plan.micro_batches)
         compile_model(model, config.train, plan.schedule(),
                       **({"pss_evaluation_shards": plan.shards} if plan.shards else {}))
     return model

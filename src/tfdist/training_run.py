@@ -57,7 +57,8 @@ class TrainingRun:
 
     def start(self) -> None:
         """Build the strategy, before any TensorFlow op runs."""
-        self.strategy, self.info = self.spec.build(self.config.distributed.devices, self.task)
+        self.strategy, self.info = self.spec.build(self.config.distributed.devices, self.task,
+                                                   self.config.distributed.all_reduce)
         if self.task is not None and self.spec.multi_process and self.spec.synchronous:
             # MWMS installs TensorFlow's SIGTERM preemption notifier, which swallows the
             # signal; and unwinding mid-step would wait forever on an all-reduce the

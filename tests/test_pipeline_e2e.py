@@ -128,3 +128,23 @@ def test_changing_epochs_reruns_training_not_preprocessing(project):
     assert "Running stage 'preprocess'" not in output
     assert "Running stage 'train-normal'" in output and "Running stage 'compare'" in output
     assert json.loads((project / "reports" / "train" / "normal.json").read_text())["epochs"] == 1
+
+
+def test_all_three_kinds_of_distribution_in_one_experiment(project):
+    """Data, model and pipeline parallelism side by side, as the README shows: one dvc exp run."""
+    output = run_in_project(["dvc", "exp", "run", "-n", "paradigms", "-S", "train.loop=custom", "-S",
+                             "distributed.strategies=[mirrored,model_parallel,pipeline_parallel]"], project)
+    assert "Running stage 'train-distributed@pipeline_parallel'" in output
+    comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
+    assert {name: row["paradigm"] for name, row in comparison["runs"].items()} == {
+        "normal": "none", "mirrored": "data", "model_parallel": "model", "pipeline_parallel": "pipeline"}
+    pipeline = comparison["runs"]["pipeline_parallel"]
+    assert pipeline["micro_batches"] == 5 and pipeline["bubble_theory"] == pytest.approx(1 / 6)
+    assert pipeline["test_accuracy"] > 0.8 and 0 <= pipeline["bubble"] <= 1
+    markdown = (project / "reports" / "compare" / "compare.md").read_text()
+    assert "## What each kind of distribution holds and moves" in markdown
+    assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 |" in markdown
+    assert "**Data, model or pipeline parallelism:**" in markdown and "pipeline_parallel held at most" in markdown
+    runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="paradigms")}
+    assert runs["pipeline_parallel"].data.metrics["bubble_theory"] == pytest.approx(1 / 6)
+    assert runs["model_parallel"].data.tags["strategy"] == "model_parallel"

@@ -109,7 +109,8 @@ def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdi
     assert not [name for name, pid in pids.items() if process_alive(pid)]
     assert not (workdir / "models" / strategy).exists() and not (workdir / "reports" / f"{strategy}.json").exists()
     mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlruns/mlflow.db")
-    statuses = {run.info.status for run in mlflow.search_runs(experiment_names=["tests"], output_format="list")}
+    statuses = {run.info.status for run in mlflow.search_runs(experiment_names=["tests"], output_format="list",
+                                                               filter_string="tags.stage = 'train'")}
     assert statuses <= {"FAILED", "KILLED"} and statuses, "the run is closed, not left RUNNING"
 
 

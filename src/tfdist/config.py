@@ -157,6 +157,8 @@ class DistributedConfig:
             (GPipe); must divide ``train.batch_size``.
         all_reduce: multi_worker_mirrored's all-reduce: ``auto`` (TensorFlow picks:
             ring on CPUs), ``ring`` (the algorithm Horovod popularised) or ``nccl`` (GPUs only).
+        connect_timeout: seconds a cluster task waits for its peers to start before
+            it gives up naming them (:mod:`tfdist.rendezvous`).
     """
 
     strategies: list[str] = _knob(
@@ -169,6 +171,7 @@ class DistributedConfig:
     max_restarts: int = _knob(1, role="operational", ge=0)
     micro_batches: int = _knob(5, ge=1)
     all_reduce: str = _knob("auto", choices=ALL_REDUCE)
+    connect_timeout: float = _knob(300.0, role="operational", gt=0)
 
 
 @dataclass(frozen=True)

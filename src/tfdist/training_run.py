@@ -27,6 +27,7 @@ from tfdist.cluster_spec import ClusterTask
 from tfdist.config import Config
 from tfdist.data import Digits, load_split
 from tfdist.launcher import SCRATCH_ENV
+from tfdist.rendezvous import wait_for_peers
 from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.resume import RunBackup, open_backup, run_key
 from tfdist.runtime import keras, tf
@@ -56,14 +57,24 @@ class TrainingRun:
         return self.train()
 
     def start(self) -> None:
-        """Build the strategy, before any TensorFlow op runs."""
-        self.strategy, self.info = self.spec.build(self.config.distributed.devices, self.task,
-                                                   self.config.distributed.all_reduce)
-        if self.task is not None and self.spec.multi_process and self.spec.synchronous:
-            # MWMS installs TensorFlow's SIGTERM preemption notifier, which swallows the
-            # signal; and unwinding mid-step would wait forever on an all-reduce the
-            # peers never finish. A stopped worker dies at once; its launcher closes the run.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        """Build the strategy, before any TensorFlow op runs; in a cluster, once every peer is up."""
+        distributed = self.config.distributed
+        if self.task is None:
+            self.strategy, self.info = self.spec.build(distributed.devices, None, distributed.all_reduce)
+            return
+        wait_for_peers(self.task, distributed.connect_timeout)
+        if not (self.spec.multi_process and self.spec.synchronous):
+            self.strategy, self.info = self.spec.build(distributed.devices, self.task, distributed.all_reduce)
+            return
+        # Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
+        # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults (the process ends at once;
+        # no run is open yet). SIGTERM stays so: MWMS installs TensorFlow's SIGTERM preemption
+        # notifier, which swallows the signal, and unwinding mid-step would wait forever on an
+        # all-reduce the peers never finish. A stopped worker dies at once; its launcher closes the run.
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self.strategy, self.info = self.spec.build(distributed.devices, self.task, distributed.all_reduce)
+        signal.signal(signal.SIGINT, interrupt)
 
     def load(self) -> None:
         """The training and validation splits, and this run's backup (plus stale ones under other params)."""

@@ -231,7 +231,7 @@ def test_the_html_report_renders_without_fetching_anything(project, page):
     page.on("request", lambda request: requests.append(request.url))
     page.goto(report.as_uri())
     assert page.locator("h2", has_text="Advice").is_visible()
-    assert page.locator("table").count() == 3  # scaling projection, runs, results
+    assert page.locator("table").count() == 4  # scaling projection, runs, results, what each holds and moves
     widths = page.eval_on_selector_all("img", "images => images.map(image => image.complete && image.naturalWidth)")
     assert len(widths) == 3 and all(width > 0 for width in widths), widths
     assert [url for url in requests if not url.startswith("data:")] == [report.as_uri()], requests

@@ -8,12 +8,8 @@ drives that executable, so no browser is downloaded. Screenshots land in
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -26,8 +22,9 @@ from conftest import (
     ARTIFACTS,
     default_labels,
     draw_offline,
-    local_mode_environment,
+    free_ports,
     run_in_project,
+    serving,
 )
 
 pytestmark = pytest.mark.slow
@@ -58,41 +55,14 @@ class UI:
     printed: str
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ui(project):
     """``python -m stages.ui`` (what ``make ui`` runs) serving the project's store on a free port."""
-    port = free_port()
-    env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
-    server = subprocess.Popen([sys.executable, "-m", "stages.ui", "--port", str(port)], cwd=project, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    (port,) = free_ports()
     url = f"http://127.0.0.1:{port}"
-    printed = [server.stdout.readline() for _ in range(2)]  # printed before mlflow starts: no wait on the server
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.read() == b"OK":
-                    break
-        except OSError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            pytest.fail(f"the MLflow UI did not come up at {url}:\n{''.join(printed)}{server.stdout.read()[-3000:]}")
-        time.sleep(0.5)
-    yield UI(url, server, printed[1].strip())
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-    server.stdout.close()
+    with serving([sys.executable, "-m", "stages.ui", "--port", str(port)], project, url) as server:
+        printed = [server.stdout.readline() for _ in range(2)]  # printed before mlflow started
+        yield UI(url, server, printed[1].strip())
 
 
 @pytest.fixture

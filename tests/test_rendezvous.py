@@ -15,17 +15,7 @@ from tfdist import rendezvous
 from tfdist.cluster_spec import ClusterTask
 from tfdist.errors import RunError
 
-from conftest import REPO, local_mode_environment, tiny_params, train_stage_command
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
+from conftest import REPO, free_ports, local_mode_environment, tiny_params, train_stage_command
 
 
 def cluster(count):

@@ -13,8 +13,6 @@ import base64
 import getpass
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +25,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import copy_project, local_mode_environment, run_in_project
+from conftest import copy_project, free_ports, run_in_project, serving
 
 pytestmark = pytest.mark.slow
 #: Small and quick, and multi-process: two at once contend for loopback ports.
@@ -138,44 +136,17 @@ def test_the_pipeline_records_into_postgresql_directly(tmp_path, database):
     no_run_left_running(database)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path, database) -> Iterator[tuple[str, Path]]:
     """``python -m stages.server`` (``make server``) on the database, artifacts proxied to a folder: URL, folder."""
-    port, artifacts = free_port(), tmp_path / "server-artifacts"
-    env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
-         "--artifacts-destination", str(artifacts), "--workers", "2"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    (port,), artifacts = free_ports(), tmp_path / "server-artifacts"
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.read() == b"OK":
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            os.killpg(process.pid, signal.SIGKILL)
-            pytest.fail(f"the tracking server did not come up at {url}:\n{process.stdout.read()[-3000:]}")
-        time.sleep(0.5)
-    command = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode().split("\0")
-    assert command[command.index("--host") + 1] == "127.0.0.1" and "--serve-artifacts" in command
-    yield url, artifacts
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    process.stdout.close()
+    command = [sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
+               "--artifacts-destination", str(artifacts), "--workers", "2"]
+    with serving(command, tmp_path, url) as process:
+        argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode().split("\0")
+        assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--serve-artifacts" in argv
+        yield url, artifacts
 
 
 def test_two_queued_pipelines_at_once_record_through_a_server_on_postgresql(tmp_path, server):
@@ -195,27 +166,16 @@ def test_two_queued_pipelines_at_once_record_through_a_server_on_postgresql(tmp_
 
 
 def test_basic_auth_turns_away_anonymous_clients_and_serves_the_same_ui(tmp_path, database):
-    port = free_port()
-    env = {**local_mode_environment(), "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key",
-           "MLFLOW_AUTH_ADMIN_PASSWORD": "a-long-test-password-7", "MLFLOW_AUTH_CONFIG_PATH": str(tmp_path / "auth.ini")}
+    (port,) = free_ports()
+    env = {"MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key", "MLFLOW_AUTH_ADMIN_PASSWORD": "a-long-test-password-7",
+           "MLFLOW_AUTH_CONFIG_PATH": str(tmp_path / "auth.ini")}
     (tmp_path / "auth.ini").write_text(
         f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{tmp_path}/auth.db\nadmin_username = admin\n"
         "admin_password = a-long-test-password-7\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    process = subprocess.Popen([sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
-                                "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1", "--auth"],
-                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"no server at {url}:\n{process.stdout.read()[-3000:]}")
-                time.sleep(0.5)
+    command = [sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
+               "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1", "--auth"]
+    with serving(command, tmp_path, url, env):
         search = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(search, timeout=10)
@@ -226,10 +186,6 @@ def test_basic_auth_turns_away_anonymous_clients_and_serves_the_same_ui(tmp_path
             assert response.status == 200
         with urllib.request.urlopen(urllib.request.Request(url + "/", headers=request.headers), timeout=10) as page:
             assert "mlflow.workflowType_v1" in page.read().decode()
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-        process.stdout.close()
 
 
 def test_the_server_refuses_auth_without_its_secrets_and_names_them(tmp_path):

@@ -1,4 +1,3 @@
-import socket
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
 from tfdist.workspace import workspace_root
 
-from conftest import tiny_params
+from conftest import free_ports, tiny_params
 
 
 @pytest.fixture
@@ -155,9 +154,7 @@ def test_postgres_without_its_driver_exits_2_naming_the_extra(tmp_path, prepared
 
 
 def test_a_database_nobody_serves_fails_in_seconds_naming_it(tmp_path, prepared_copy):
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports()  # nothing listens there
     result = _train_with_store(tmp_path, f"postgresql://team:s3cret@127.0.0.1:{port}/mlflow")
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]

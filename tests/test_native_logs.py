@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tfdist.native_logs import is_chatter
+from tfdist.native_logs import ChatterFilter, is_chatter
 
 from conftest import REPO, tiny_params
 
@@ -32,6 +32,35 @@ def test_chatter_is_told_apart_from_what_matters():
     assert not any(is_chatter(line, has_nvidia_driver=False) for line in KEPT)
     assert is_chatter(CUDA_PROBE, has_nvidia_driver=False)
     assert not is_chatter(CUDA_PROBE, has_nvidia_driver=True), "with a driver installed, a CUDA failure matters"
+
+
+#: What a surviving multi_worker_mirrored worker printed when its peer's cable was cut (tests/netns.py), then Python's lines.
+ABORTED_COLLECTIVES = b"""\
+E0000 00:00:1796061354.991002    8986 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: \
+Error reported from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):
+/job:worker/replica:0/task:1
+The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to \
+debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='\\"\\n\\n\\x06worker\\x10\\x01']
+E0000 00:00:1796061355.110517    9191 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort \
+DEADLINE_EXCEEDED: Deadline Exceeded
+
+RPC: /tensorflow.CoordinationService/Heartbeat
+E0000 00:00:1796061354.991205    8986 ring_alg.cc:291] Aborting RingReduce with UNAVAILABLE: Collective ops is aborted by: \
+Error reported from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):
+/job:worker/replica:0/task:1
+The error could be from a previous operation. Restart your program to reset. [type.googleapis.com/tensorflow.DerivedStatus='']
+error: worker-0 lost worker-1 (10.213.0.2:2222) during training
+E0000 00:00:1.2   1 other.cc:1] some other error
+/job:worker/replica:0/task:1 is shown after an unrelated record
+"""
+
+
+def test_records_of_collectives_aborted_for_a_lost_peer_are_dropped_with_their_continuation_lines():
+    chatter = ChatterFilter(has_nvidia_driver=False)
+    shown = [line for line in ABORTED_COLLECTIVES.split(b"\n") if chatter.shows(line)]
+    assert shown == [b"error: worker-0 lost worker-1 (10.213.0.2:2222) during training",
+                     b"E0000 00:00:1.2   1 other.cc:1] some other error",
+                     b"/job:worker/replica:0/task:1 is shown after an unrelated record", b""]
 
 
 WRITER = textwrap.dedent("""

@@ -159,6 +159,9 @@ class DistributedConfig:
             ring on CPUs), ``ring`` (the algorithm Horovod popularised) or ``nccl`` (GPUs only).
         connect_timeout: seconds a cluster task waits for its peers to start before
             it gives up naming them (:mod:`tfdist.rendezvous`).
+        heartbeat_timeout: seconds without a heartbeat after which TensorFlow's
+            coordination service declares a multi_worker_mirrored task lost and
+            every other task stops with that name (:mod:`tfdist.peer_loss`).
     """
 
     strategies: list[str] = _knob(
@@ -172,6 +175,7 @@ class DistributedConfig:
     micro_batches: int = _knob(5, ge=1)
     all_reduce: str = _knob("auto", choices=ALL_REDUCE)
     connect_timeout: float = _knob(300.0, role="operational", gt=0)
+    heartbeat_timeout: float = _knob(10.0, role="operational", ge=2)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ stub's INFO lines, and on a machine without a GPU an ERROR line about
 ``cuInit``. Python cannot intercept them, so :func:`filter_native_stderr`
 moves descriptor 2 onto a pipe and a thread copies each line to the real
 stderr unless it is such chatter: absl-format INFO and WARNING lines, the
-banner, and the CUDA probe errors where no NVIDIA driver is installed. Every
-other line passes, Python's own (tracebacks, ``error: ...``, logging) and
+banner, the CUDA probe errors where no NVIDIA driver is installed, and the
+ERROR records of collectives aborted because a peer was lost (the Python
+error that follows says the same, and :mod:`tfdist.peer_loss` turns it into
+one line). Every other line passes, Python's own (tracebacks, ``error: ...``, logging) and
 TensorFlow's ERROR and FATAL lines alike, so an error that matters still
 reaches the user.
 
@@ -32,6 +34,11 @@ SHOW_ENV = "TFDIST_TF_LOGS"
 _ABSL_INFO_OR_WARNING = re.compile(rb"^[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.+-]+:\d+\] ")
 _BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 _CUDA_PROBE = re.compile(rb"^E\d{4} .*\] failed call to cuInit: ")
+_COLLECTIVE_ABORT = re.compile(rb"^E\d{4} [^\]]*\] (BaseCollectiveExecutor::StartAbort |Aborting \w+ with )")
+#: The lines such a record continues on: only these are dropped after it, anything else shows.
+_ABORT_CONTINUATION = (b"RPC: /tensorflow.", b"/job:", b"The tasks have crashed", b"The error could be from a previous",
+                       b"Collective ops is aborted", b"Error reported from", b"Additional GRPC error information",
+                       b"The following tasks are unhealthy", b":UNKNOWN:Error received from peer")
 
 _state: dict[str, object] = {}
 
@@ -42,6 +49,21 @@ def is_chatter(line: bytes, has_nvidia_driver: bool) -> bool:
     if line == _BANNER or _ABSL_INFO_OR_WARNING.match(line):
         return True
     return not has_nvidia_driver and bool(_CUDA_PROBE.match(line))
+
+
+class ChatterFilter:
+    """Decides line by line, remembering whether the last record shown or dropped continues on the next line."""
+
+    def __init__(self, has_nvidia_driver: bool):
+        self.has_nvidia_driver = has_nvidia_driver
+        self._in_abort_record = False
+
+    def shows(self, line: bytes) -> bool:
+        line = line.rstrip(b"\r\n")
+        if self._in_abort_record and (not line.strip() or line.startswith(_ABORT_CONTINUATION)):
+            return False
+        self._in_abort_record = bool(_COLLECTIVE_ABORT.match(line))
+        return not (self._in_abort_record or is_chatter(line, self.has_nvidia_driver))
 
 
 def nvidia_driver_present() -> bool:
@@ -105,12 +127,13 @@ def exec_program(path: str, args: Sequence[str]) -> NoReturn:
 
 
 def _pump(read_end: int, real: int, has_nvidia_driver: bool) -> None:
+    chatter = ChatterFilter(has_nvidia_driver)
     pending = b""
     while chunk := os.read(read_end, 65536):
         *lines, pending = (pending + chunk).split(b"\n")
-        shown = b"".join(line + b"\n" for line in lines if not is_chatter(line, has_nvidia_driver))
+        shown = b"".join(line + b"\n" for line in lines if chatter.shows(line))
         if shown:
             os.write(real, shown)
-    if pending and not is_chatter(pending, has_nvidia_driver):
+    if pending and chatter.shows(pending):
         os.write(real, pending)
     os.close(read_end)

@@ -49,3 +49,22 @@ def tracing_count(function: Any) -> int:
     """How often a ``tf.function`` was traced (0 for anything else, or one never called)."""
     count = getattr(function, "experimental_get_tracing_count", None)
     return int(count()) if count else 0
+
+
+def configure_collective_coordination(cluster: dict[str, list[str]], heartbeat_timeout: float) -> None:
+    """Configure TensorFlow's coordination service as MultiWorkerMirroredStrategy does, with our heartbeat timeout.
+
+    MultiWorkerMirroredStrategy sets the service up itself (chief and worker
+    jobs, led by the chief or worker 0) only when nothing has yet, and with
+    TensorFlow's fixed heartbeat timeout; configured first, it keeps ours.
+    Call before the strategy is built.
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(cluster[job]))
+            for job in ("chief", "worker") if job in cluster]
+    _eager_context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
+

@@ -32,7 +32,7 @@ from mlflow.models import infer_signature
 from mlflow.utils.git_utils import get_git_commit
 
 from tfdist.config import Config, MlflowConfig, identifying_params, to_flat_dict
-from tfdist.errors import InputError
+from tfdist.errors import InputError, Interrupted
 from tfdist.runtime import keras, tf
 from tfdist.workspace import workspace_root
 
@@ -369,14 +369,24 @@ def start_run(
         mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL)
         mlflow.set_system_metrics_samples_before_logging(1)
     if resume_run_id and _exists(resume_run_id):
-        with mlflow.start_run(run_id=resume_run_id, log_system_metrics=system_metrics) as run:
+        with mlflow.start_run(run_id=resume_run_id, log_system_metrics=system_metrics) as run, _killed_if_stopped():
             mlflow.set_tags({**context_tags(), **tags})
             yield run.info.run_id
         return
     with mlflow.start_run(run_name=name, tags={**context_tags(), **tags}, parent_run_id=parent_run_id,
-                          log_system_metrics=system_metrics) as run:
+                          log_system_metrics=system_metrics) as run, _killed_if_stopped():
         mlflow.log_params(flatten(params))
         yield run.info.run_id
+
+
+@contextlib.contextmanager
+def _killed_if_stopped() -> Iterator[None]:
+    """A run stopped by SIGTERM ends KILLED, as one stopped by Ctrl-C does (MLflow would say FAILED)."""
+    try:
+        yield
+    except Interrupted:
+        mlflow.end_run("KILLED")
+        raise
 
 
 def _exists(run_id: str) -> bool:

@@ -27,11 +27,13 @@ from tfdist.cluster_spec import ClusterTask
 from tfdist.config import Config
 from tfdist.data import Digits, load_split
 from tfdist.launcher import SCRATCH_ENV
+from tfdist.peer_loss import peers_watched
 from tfdist.rendezvous import wait_for_peers
 from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.resume import RunBackup, open_backup, run_key
 from tfdist.runtime import keras, tf
 from tfdist.strategies import StrategyInfo, StrategySpec
+from tfdist.tf_private import configure_collective_coordination
 from tfdist.training import TrainResult, train_model, weights_digest
 
 log = logging.getLogger(__name__)
@@ -67,14 +69,16 @@ class TrainingRun:
             self.strategy, self.info = self.spec.build(distributed.devices, self.task, distributed.all_reduce)
             return
         # Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
-        # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults (the process ends at once;
-        # no run is open yet). SIGTERM stays so: MWMS installs TensorFlow's SIGTERM preemption
-        # notifier, which swallows the signal, and unwinding mid-step would wait forever on an
-        # all-reduce the peers never finish. A stopped worker dies at once; its launcher closes the run.
+        # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults meanwhile (the process ends
+        # at once; no run is open yet). Joining also installs TensorFlow's SIGTERM preemption
+        # notifier, which would swallow the signal: the stage's handlers are put back after it, so a
+        # stop while training unwinds (the run ends KILLED) and the peers report it lost.
         interrupt = signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        terminate = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        configure_collective_coordination(dict(self.task.cluster), distributed.heartbeat_timeout)
         self.strategy, self.info = self.spec.build(distributed.devices, self.task, distributed.all_reduce)
         signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, terminate)
 
     def load(self) -> None:
         """The training and validation splits, and this run's backup (plus stale ones under other params)."""
@@ -84,10 +88,15 @@ class TrainingRun:
         self.backup, self.stale = open_backup(self.paths.backups, self.name, self.key)
 
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
-        """Train, backing up every epoch (and resuming from the backup when it holds epochs)."""
+        """Train, backing up every epoch (and resuming from the backup when it holds epochs).
+
+        Raises:
+            RunError: a peer of this cluster task was lost, named in one line (:mod:`tfdist.peer_loss`).
+        """
         assert self.strategy is not None and self.info is not None, "start() first"
-        return train_model(self.config, self.strategy, self.info, self.train_split, self.val_split, callbacks,
-                           self.backup, record_backup)
+        with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
+            return train_model(self.config, self.strategy, self.info, self.train_split, self.val_split, callbacks,
+                               self.backup, record_backup)
 
     def train(self) -> TrainOutputs | None:
         """A non-chief worker: train (the collectives need it), keep a record outside the stage outputs."""

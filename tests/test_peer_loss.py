@@ -1,4 +1,4 @@
-"""A lost peer, as TensorFlow reports it to a surviving task, becomes one line naming it (texts captured in tests/netns.py hosts)."""
+"""A lost peer, as TensorFlow tells a surviving task, becomes one line naming it (texts captured on tests/netns.py hosts)."""
 
 import pytest
 

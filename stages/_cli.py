@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from tfdist import native_logs
 from tfdist.errors import Interrupted, TfdistError
 
 
@@ -41,6 +42,7 @@ def stage_errors() -> Iterator[None]:
     # Warnings ParameterServer training gives for what it is meant to do here: in-memory per-worker
     # datasets, and a backup each epoch (whose saver TensorFlow traces anew, and calls that retracing).
     logging.getLogger("tensorflow").addFilter(_not_parameter_server_noise)
+    logging.getLogger("tensorflow").addFilter(_coordinator_errors_on_one_line)
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options across serialization")
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
@@ -52,6 +54,8 @@ def stage_errors() -> Iterator[None]:
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
     except TfdistError as err:
         click.echo(f"error: {err}", err=True)
+        if getattr(err, "exit_at_once", False):
+            native_logs.exit_now(err.exit_code)
         raise click.exceptions.Exit(err.exit_code) from None
 
 
@@ -59,6 +63,20 @@ def _not_parameter_server_noise(record: logging.LogRecord) -> bool:
     message = record.getMessage()
     return not (message.startswith("Found source dataset of type")
                 or ("MultiDeviceSaver.save" in message and "triggered tf.function retracing" in message))
+
+
+def _coordinator_errors_on_one_line(record: logging.LogRecord) -> bool:
+    """A parameter_server coordinator's report of a failed remote step, in one line instead of twenty.
+
+    Its first line says where, the first UNAVAILABLE or connection line says why;
+    the stack of graph nodes between says nothing a user can act on.
+    """
+    if not record.pathname.endswith("cluster_coordinator.py") or record.levelno < logging.ERROR:
+        return True
+    lines = [line.strip() for line in record.getMessage().splitlines() if line.strip()]
+    why = next((line for line in lines[1:] if "UNAVAILABLE" in line or "connect" in line or "CANCELLED" in line), "")
+    record.msg, record.args = " ".join(filter(None, [lines[0] if lines else "", why])), ()
+    return True
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:

@@ -27,6 +27,16 @@ class RunError(TfdistError):
     exit_code = 1
 
 
+class PeerLost(RunError):
+    """Another task of this process's cluster was lost while training (exit 1).
+
+    The stage exits at once after saying so: TensorFlow's teardown would try to
+    reach the lost task again, printing a gRPC error per remote function.
+    """
+
+    exit_at_once = True
+
+
 class Interrupted(RunError):
     """The process got SIGINT or SIGTERM and stopped (exit 128 + the signal number)."""
 

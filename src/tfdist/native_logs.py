@@ -8,9 +8,9 @@ stub's INFO lines, and on a machine without a GPU an ERROR line about
 moves descriptor 2 onto a pipe and a thread copies each line to the real
 stderr unless it is such chatter: absl-format INFO and WARNING lines, the
 banner, the CUDA probe errors where no NVIDIA driver is installed, and the
-ERROR records of collectives aborted because a peer was lost (the Python
-error that follows says the same, and :mod:`tfdist.peer_loss` turns it into
-one line). Every other line passes, Python's own (tracebacks, ``error: ...``, logging) and
+ERROR records that a lost peer causes (collectives aborted, functions that
+cannot be removed from it at exit): the Python error says the same, and
+:mod:`tfdist.peer_loss` turns it into one line. Every other line passes, Python's own (tracebacks, ``error: ...``, logging) and
 TensorFlow's ERROR and FATAL lines alike, so an error that matters still
 reaches the user.
 
@@ -34,11 +34,13 @@ SHOW_ENV = "TFDIST_TF_LOGS"
 _ABSL_INFO_OR_WARNING = re.compile(rb"^[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.+-]+:\d+\] ")
 _BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 _CUDA_PROBE = re.compile(rb"^E\d{4} .*\] failed call to cuInit: ")
-_COLLECTIVE_ABORT = re.compile(rb"^E\d{4} [^\]]*\] (BaseCollectiveExecutor::StartAbort |Aborting \w+ with )")
+_LOST_PEER_RECORD = re.compile(rb"^E\d{4} [^\]]*\] (BaseCollectiveExecutor::StartAbort |Aborting \w+ with "
+                               rb"|Failed to (?:remove|register) function remotely )")
 #: The lines such a record continues on: only these are dropped after it, anything else shows.
 _ABORT_CONTINUATION = (b"RPC: /tensorflow.", b"/job:", b"The tasks have crashed", b"The error could be from a previous",
                        b"Collective ops is aborted", b"Error reported from", b"Additional GRPC error information",
-                       b"The following tasks are unhealthy", b":UNKNOWN:Error received from peer")
+                       b"The following tasks are unhealthy", b":UNKNOWN:Error received from peer",
+                       b"This could happen if the remote target has been disconnected")
 
 _state: dict[str, object] = {}
 
@@ -62,7 +64,7 @@ class ChatterFilter:
         line = line.rstrip(b"\r\n")
         if self._in_abort_record and (not line.strip() or line.startswith(_ABORT_CONTINUATION)):
             return False
-        self._in_abort_record = bool(_COLLECTIVE_ABORT.match(line))
+        self._in_abort_record = bool(_LOST_PEER_RECORD.match(line))
         return not (self._in_abort_record or is_chatter(line, self.has_nvidia_driver))
 
 
@@ -113,6 +115,14 @@ def restore() -> None:
         os.dup2(real, 2)  # closes this process's last write end of the pipe: the pump reads to its end
     pump.join(timeout=2)
     os.close(real)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with ``code`` at once (no interpreter teardown), after what it printed reaches stderr."""
+    sys.stdout.flush()
+    restore()  # os._exit would lose what the filter has not passed on yet
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def exec_program(path: str, args: Sequence[str]) -> NoReturn:

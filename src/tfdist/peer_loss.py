@@ -7,7 +7,7 @@ running on the other tasks ("The following tasks are unhealthy"); the task
 cut off from the service sees its own heartbeat call time out instead. A
 parameter_server chief sees a lost ps as an unavailable remote. Either way
 ``fit`` raises a TensorFlow error with a 40-line traceback; :func:`peers_watched`
-turns it into a :class:`~tfdist.errors.RunError` naming the lost task and its
+turns it into a :class:`~tfdist.errors.PeerLost` naming the lost task and its
 address, so the stage exits 1 with one line and its MLflow run ends FAILED.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tfdist.cluster_spec import ClusterTask
-from tfdist.errors import RunError
+from tfdist.errors import PeerLost
 from tfdist.runtime import tf
 
 _TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
@@ -34,7 +34,7 @@ _WHAT_TO_DO = ("check that task's log and its host's network, then start every t
 
 @contextmanager
 def peers_watched(task: ClusterTask | None, heartbeat_timeout: float) -> Iterator[None]:
-    """Inside this block, a lost peer of cluster task ``task`` raises a one-line :class:`RunError`."""
+    """Inside this block, a lost peer of cluster task ``task`` raises a one-line :class:`PeerLost`."""
     if task is None:
         yield
         return
@@ -44,7 +44,7 @@ def peers_watched(task: ClusterTask | None, heartbeat_timeout: float) -> Iterato
         message = explain(str(error.message), task, heartbeat_timeout)
         if message is None:
             raise
-        raise RunError(message) from None
+        raise PeerLost(message) from None
 
 
 def explain(text: str, task: ClusterTask, heartbeat_timeout: float) -> str | None:
@@ -59,7 +59,7 @@ def explain(text: str, task: ClusterTask, heartbeat_timeout: float) -> str | Non
                 f"went unanswered (that task stopped, or the network between them is cut); {_WHAT_TO_DO}")
     detail = next((line.strip() for line in text.splitlines() if any(word in line for word in _CONNECTION_WORDS)), "")
     if detail:
-        lost = _named_tasks(text, task) or "a peer"
+        lost = _addressed_tasks(text, task) or _named_tasks(text, task) or "a peer"
         grpc = _GRPC_MESSAGE.search(text)
         return f"{task.name} lost {lost} during training: {grpc.group(1) if grpc else detail[:160]}; {_WHAT_TO_DO}"
     return None
@@ -69,6 +69,13 @@ def _named_tasks(text: str, task: ClusterTask) -> str:
     found = dict.fromkeys((job, int(index)) for job, index in _TASK.findall(text))
     found.pop((task.task_type, task.task_index), None)
     return ", ".join(_describe(task, job, index) for job, index in found)
+
+
+def _addressed_tasks(text: str, task: ClusterTask) -> str:
+    """The tasks whose cluster address the text names (a failed connection names where it went)."""
+    return ", ".join(f"{job}-{index} ({address})" for job, addresses in task.cluster.items()
+                     for index, address in enumerate(addresses)
+                     if (job, index) != (task.task_type, task.task_index) and re.search(rf"\b{re.escape(address)}\b", text))
 
 
 def _describe(task: ClusterTask, job: str, index: int) -> str:

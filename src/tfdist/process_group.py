@@ -169,10 +169,9 @@ class ProcessGroup:
                     signal.pthread_kill(main, signal.SIGUSR1)
                     if not self._stop_watching.wait(self.failure_grace):
                         self.stop()
-                        native_logs.restore()  # os._exit would lose what the filter has not passed on yet
+                        native_logs.restore()
                         sys.stderr.write(f"error: {self.failure}\n")
-                        sys.stderr.flush()
-                        os._exit(1)
+                        native_logs.exit_now(1)
                     return
 
         threading.Thread(target=run, name="watch-tasks", daemon=True).start()

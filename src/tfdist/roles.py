@@ -68,6 +68,8 @@ def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch
 
         serve(task)
         return None
+    if spec.launcher_trains:  # parameter_server's chief coordinates, as under the local launcher
+        return _coordinate(config, spec, name, paths, task)
     return _run(config, spec, name, paths, task)
 
 
@@ -83,7 +85,11 @@ def _run(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: C
 
 
 def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, chief: ClusterTask) -> TrainOutputs | None:
-    """The local launcher's chief: train, then drop the connections to the workers before they are stopped."""
+    """A coordinating chief: train, then drop the connections to the workers before they are stopped.
+
+    Dropped now, the errors of deleting functions on workers that are gone
+    (lost mid-training, or stopped) are filtered out; at exit they would not be.
+    """
     from tfdist.tf_private import reset_eager_context
 
     outputs = _run(config, spec, name, paths, chief)

@@ -18,6 +18,7 @@ import mlflow
 import pytest
 
 import netns
+
 from conftest import REPO, local_mode_environment, tiny_params, train_stage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")]

@@ -1,8 +1,11 @@
 """Cluster specs: which tasks a multi-process run has, and which one this process is.
 
 Pure parsing, no processes and no TensorFlow: reads ``TF_CONFIG`` (set by
-Kubeflow, Ray Train or a person) into a :class:`ClusterTask` and checks that the
-cluster fits the strategy. Starting processes is :mod:`tfdist.launcher`'s job.
+Kubeflow's TFJob, Ray Train or a person), or a Kubeflow Trainer v2 JobSet
+pod's environment (:func:`read_jobset`), into a :class:`ClusterTask` and
+checks that the cluster fits the strategy. A Slurm step is
+:mod:`tfdist.slurm_cluster`'s (it needs TensorFlow's resolver); starting
+processes is :mod:`tfdist.launcher`'s job.
 """
 
 from __future__ import annotations
@@ -109,6 +112,51 @@ def read_tf_config(environ: Mapping[str, str] | None = None) -> ClusterTask | No
     """The task TF_CONFIG names, or None when it is unset or blank (local mode)."""
     text = (os.environ if environ is None else environ).get(TF_CONFIG, "")
     return parse_tf_config(text) if text.strip() else None
+
+
+#: The cluster of a JobSet (Kubeflow Trainer v2 TrainJob): TF job -> replicated job and pod count,
+#: e.g. ``chief=chief:1,worker=node:2,ps=ps:1``; set in the runtime's pod template.
+JOBSET_JOBS = "TFDIST_JOBSET_JOBS"
+#: This pod's JobSet and replicated job, from its labels (the downward API), and its index in that job.
+JOBSET_NAME, REPLICATED_JOB, COMPLETION_INDEX = "TFDIST_JOBSET_NAME", "TFDIST_REPLICATED_JOB", "JOB_COMPLETION_INDEX"
+#: The port every task of a JobSet listens on (each pod has its own address).
+JOBSET_PORT = 2222
+
+
+def read_jobset(environ: Mapping[str, str] | None = None) -> ClusterTask | None:
+    """The task a Kubeflow Trainer v2 pod is, from its JobSet environment; None outside one.
+
+    JobSet names each pod ``<jobset>-<replicated job>-<job index>-<pod index>`` in the
+    DNS subdomain ``<jobset>``: with one job per replicated job, task ``i`` of a TF
+    job is pod ``i`` of its replicated job, at ``<jobset>-<replicated job>-0-<i>.<jobset>``.
+
+    Raises:
+        ClusterError: a variable is missing or malformed, naming it.
+    """
+    environ = os.environ if environ is None else environ
+    layout = environ.get(JOBSET_JOBS, "").strip()
+    if not layout:
+        return None
+    jobs: dict[str, tuple[str, int]] = {}
+    for item in layout.split(","):
+        job, _, where = item.strip().partition("=")
+        replicated, _, count = where.partition(":")
+        if job not in _JOBS or not replicated or not count.isdigit() or int(count) < 1:
+            raise ClusterError(f"{JOBSET_JOBS}: {item.strip()!r} must look like <tf job>=<replicated job>:<pods>, "
+                               f"e.g. worker=node:2 (tf jobs: {', '.join(_JOBS)})")
+        jobs[job] = (replicated, int(count))
+    missing = [name for name in (JOBSET_NAME, REPLICATED_JOB, COMPLETION_INDEX) if not environ.get(name)]
+    if missing:
+        raise ClusterError(f"{JOBSET_JOBS} is set but {', '.join(missing)} is not: set it in the pod template "
+                           "(examples/kubeflow/trainjob-*.yaml show how)")
+    jobset, mine, index = environ[JOBSET_NAME], environ[REPLICATED_JOB], environ[COMPLETION_INDEX]
+    cluster = {job: [f"{jobset}-{replicated}-0-{i}.{jobset}:{JOBSET_PORT}" for i in range(count)]
+               for job, (replicated, count) in jobs.items()}
+    task_type = next((job for job, (replicated, _) in jobs.items() if replicated == mine), None)
+    if task_type is None:
+        raise ClusterError(f"{REPLICATED_JOB} {mine!r} is not a replicated job of {JOBSET_JOBS} ({layout})")
+    return parse_tf_config(json.dumps({"cluster": cluster, "task": {"type": task_type, "index": int(index)}}),
+                           source=f"{JOBSET_JOBS} of pod {jobset}-{mine}-0-{index}")
 
 
 def check_cluster(task: ClusterTask, spec: StrategySpec) -> None:

@@ -106,7 +106,7 @@ class ProcessGroup:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(),
         )
         task = _Task(name, process, must_finish)
         task.reader = threading.Thread(target=self._relay, args=(task,), name=f"relay-{name}", daemon=True)
@@ -224,7 +224,7 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def _die_with_parent() -> Any:
+def die_with_parent() -> Any:
     """A preexec_fn asking Linux to SIGKILL the child when the launcher dies (None elsewhere)."""
     if not sys.platform.startswith("linux"):
         return None

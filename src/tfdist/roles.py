@@ -1,24 +1,28 @@
 """The train stage's entry: which role this process plays in a training run, and playing it.
 
 * **only process**: a single-process strategy trains here (a TF_CONFIG is ignored, with a warning);
-* **cluster task** (TF_CONFIG set, cluster mode): the task it names: the chief
+* **cluster task** (cluster mode: TF_CONFIG set, a Kubeflow Trainer JobSet pod,
+  or one of several tasks of a Slurm step): the task it is: the chief
   trains, tracks and writes the outputs; another worker trains; a
   parameter_server worker or ps serves until stopped;
 * **local launcher** (a multi-process strategy, no TF_CONFIG): starts the
   cluster as processes on 127.0.0.1 (:mod:`tfdist.launcher`) and, where the
-  strategy says so, coordinates training as its chief.
+  strategy says so, coordinates training as its chief; or, with
+  ``distributed.launcher: ray``, has Ray Train start them (:mod:`tfdist.ray_launcher`).
 
 The training modules are imported where a role trains, not at the top: the
 multi_worker_mirrored launcher only waits for its workers, and must not pay
-TensorFlow's and MLflow's seconds of import before it starts them.
+TensorFlow's and MLflow's seconds of import before it starts them. Ray, an
+optional extra, is imported only under ``distributed.launcher: ray``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
-from tfdist import cluster_spec, launcher
+from tfdist import cluster_spec, launcher, slurm_cluster
 from tfdist.cluster_spec import ClusterTask
 from tfdist.config import Config
 from tfdist.errors import InputError
@@ -45,16 +49,21 @@ def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch
     """
     spec = get_spec(strategy_name)
     spec.check(config)
-    task = cluster_spec.read_tf_config()
+    task = _cluster_task(spec, config)
     if task is None and spec.multi_process:
         if not launch:
             raise InputError(f"strategy {spec.name} without {cluster_spec.TF_CONFIG} needs a launch command for its tasks")
+        stop = lambda status: _close_chief_run(config, paths, name, status)  # noqa: E731
+        if config.distributed.launcher == "ray":
+            from tfdist.ray_launcher import launch_ray
+
+            return launch_ray(spec, config.distributed, launch, on_stop=stop)
         if spec.launcher_trains:
             configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
         return launcher.launch_local(
             spec, config.distributed, launch,
             coordinate=lambda chief: _coordinate(config, spec, name, paths, chief),
-            on_stop=lambda status: _close_chief_run(config, paths, name, status),
+            on_stop=stop,
         )
     configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
     if not spec.multi_process:
@@ -71,6 +80,16 @@ def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch
     if spec.launcher_trains:  # parameter_server's chief coordinates, as under the local launcher
         return _coordinate(config, spec, name, paths, task)
     return _run(config, spec, name, paths, task)
+
+
+def _cluster_task(spec: StrategySpec, config: Config) -> ClusterTask | None:
+    """The task this process is: from TF_CONFIG, a Kubeflow Trainer (JobSet) pod, or a Slurm step, in that order."""
+    task = cluster_spec.read_tf_config() or cluster_spec.read_jobset()
+    if task is None and spec.multi_process and slurm_cluster.in_slurm_step():
+        task = slurm_cluster.read_slurm(spec, config.distributed)
+        log.info("Slurm step: task %s of %s is %s", os.environ["SLURM_PROCID"], os.environ["SLURM_STEP_NUM_TASKS"],
+                 task.name)
+    return task
 
 
 def _run(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None) -> TrainOutputs | None:

@@ -133,11 +133,17 @@ class StrategySpec:
         """Refuse at start, in one line, a combination of params this strategy cannot train.
 
         Raises:
-            StrategyError: see :meth:`check_precision`; a loop it does not train
+            StrategyError: see :meth:`check_precision`; a ps job under Ray; a loop it does not train
                 with; for a layer split, more devices than layers, XLA, or
                 micro-batches that do not divide the batch.
         """
         self.check_precision(config.train.precision)
+        if config.distributed.launcher == "ray" and self.multi_process and "ps" in self.local_jobs:
+            raise StrategyError(
+                f"strategy {self.name} cannot run under distributed.launcher ray: Ray Train's TensorflowTrainer "
+                "writes a TF_CONFIG of workers only (no chief, no ps); use distributed.launcher local, or start "
+                "its tasks with TF_CONFIG set (docs/cluster.md)"
+            )
         if config.train.loop not in self.loops:
             raise StrategyError(
                 f"strategy {self.name} needs train.loop {' or '.join(self.loops)}, not {config.train.loop}: its "

@@ -1,0 +1,122 @@
+"""Ray Train as the engine of a multi_worker_mirrored run: the same tasks, started by Ray.
+
+With ``distributed.launcher: ray`` (and no TF_CONFIG) the train stage hands
+its cluster to ``ray.train.tensorflow.TensorflowTrainer``: Ray starts
+``distributed.workers`` workers and writes each one's TF_CONFIG (workers only:
+worker 0 is the chief), and each Ray worker runs this same train stage as that
+task, in cluster mode. So waiting for peers, heartbeats, the lost-peer
+messages, the chief's MLflow run and its outputs are exactly those of a
+hand-made cluster. A failed attempt restarts every worker up to
+``distributed.max_restarts`` times (Ray's ``FailureConfig``), and training
+resumes from the chief's backup.
+
+On one machine (``distributed.ray_address`` empty) it starts a local Ray
+cluster whose every address is 127.0.0.1: by default Ray advertises the
+machine's network address, and TF_CONFIG would carry it. With an address it
+joins that cluster instead; every node then needs the project installed at
+the same path (the task command is this stage's own).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tfdist import cluster_spec
+from tfdist.config import DistributedConfig
+from tfdist.errors import InputError, Interrupted, RunError
+from tfdist.launcher import SCRATCH_ENV
+from tfdist.process_group import die_with_parent
+from tfdist.strategies import StrategySpec
+
+log = logging.getLogger(__name__)
+
+#: Ray's switch for multi-node networking: off, every node address is the loopback one.
+_RAY_NETWORKED_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
+               on_stop: Callable[[str], None]) -> None:
+    """Run ``spec``'s workers under Ray Train until the chief has written the outputs.
+
+    Raises:
+        InputError: Ray is not installed.
+        RunError: the run failed and Ray's restarts are used up.
+        Interrupted: this process got SIGINT or SIGTERM.
+    """
+    local = not distributed.ray_address
+    # Read when Ray is imported, here and in every process it starts (they inherit them).
+    if local:
+        os.environ[_RAY_NETWORKED_ENV] = "0"  # every node address is 127.0.0.1
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # a deduplicated line carries a suffix that escapes the log filter
+    try:
+        import ray
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.tensorflow import TensorflowTrainer
+    except ImportError:
+        raise InputError("distributed.launcher ray needs Ray Train: install the ray extra (make install does; "
+                         "or pip install 'ray[train]>=2.60'), or set distributed.launcher local") from None
+    where = "a local Ray cluster on 127.0.0.1" if local else f"the Ray cluster at {distributed.ray_address}"
+    log.info("ray: running %d workers for %s on %s", distributed.workers, spec.name, where)
+    with tempfile.TemporaryDirectory(prefix="tfdist-ray-") as scratch:
+        root = logging.getLogger()
+        level, handlers = root.level, list(root.handlers)
+        try:
+            ray.init(address="local" if local else distributed.ray_address, num_cpus=distributed.workers if local else None,
+                     include_dashboard=False, logging_config=ray.LoggingConfig(log_level="ERROR"),
+                     object_store_memory=100 * 1024 * 1024 if local else None)
+        except Exception as err:  # Ray's connection errors have no common base
+            raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}") from None
+        finally:  # Ray's logging config (for its own processes) takes over this one's root logger: give it back
+            root.setLevel(level)
+            root.handlers[:] = handlers
+        try:
+            trainer = TensorflowTrainer(
+                _run_task, train_loop_config={"command": list(command), "env": {SCRATCH_ENV: scratch}},
+                scaling_config=ScalingConfig(num_workers=distributed.workers, resources_per_worker={"CPU": 1}),
+                run_config=RunConfig(name=f"tfdist-{spec.name}", storage_path=scratch,
+                                     failure_config=FailureConfig(max_failures=distributed.max_restarts)),
+            )
+            trainer.fit()
+        except Interrupted:
+            on_stop("KILLED")
+            raise
+        except Exception as err:
+            on_stop("FAILED")
+            raise RunError(f"{spec.name} under Ray failed (after {distributed.max_restarts} restart(s), "
+                           f"distributed.max_restarts): {_first_line(err)}") from None
+        finally:
+            ray.shutdown()
+    log.info("ray: all %d workers finished; the chief wrote the outputs", distributed.workers)
+
+
+def _run_task(loop_config: dict[str, Any]) -> None:
+    """In one Ray Train worker: run the train stage as the task Ray's TF_CONFIG names, and fail when it fails."""
+    task = cluster_spec.read_tf_config()
+    name = task.name if task else "a worker"
+    process = subprocess.Popen(loop_config["command"], env={**os.environ, **loop_config["env"]},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                               preexec_fn=die_with_parent())
+    # Written, not printed: Ray Train patches print() in its workers to log each line a second time.
+    _relay(f"INFO tfdist.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()}\n")
+    for line in process.stdout:  # Ray streams each worker's output to the driver; the prefix says whose
+        _relay(f"[{name}] {line}")
+    code = process.wait()
+    if code:
+        raise RuntimeError(f"{name} exited with {code} (its last line above says why)")
+
+
+def _relay(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    cause = next((line for line in reversed(lines) if "exited with" in line or "Error" in line), None)
+    return (cause or (lines[0] if lines else type(error).__name__))[:300]

@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser-deps postgres repro test test-fast lint lock ui server experiments plots clean
+.PHONY: help install browser-deps postgres slurm repro test test-fast lint lock ui server experiments plots clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -65,7 +65,15 @@ postgres: ## Start Debian's PostgreSQL (installed if missing), with a role for y
 	  createdb $(PG_DATABASE); \
 	echo "PostgreSQL $$VERSION is up: mlflow.tracking_uri postgresql://$(PG_USER)@/$(PG_DATABASE)?host=/var/run/postgresql"
 
-test: install browser-deps postgres ## Run the whole test suite, slow end-to-end, browser and PostgreSQL tests included (as CI does)
+# A single-node Slurm for the engine tests: the tests start their own munged, slurmctld and slurmd.
+slurm: ## Install Debian's slurm-wlm and munge for the Slurm tests, if missing (root or sudo)
+	@command -v slurmd >/dev/null && command -v munged >/dev/null || { \
+	  echo "installing Debian's slurm-wlm and munge for the Slurm tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; }
+	@command -v slurmd >/dev/null || { echo "error: slurmd not found; install Debian's slurm-wlm"; exit 1; }
+
+test: install browser-deps postgres slurm ## Run the whole test suite, slow end-to-end, browser, PostgreSQL and engine tests included (as CI does)
 	python -m pytest --durations=25
 
 test-fast: install ## Run the tests but the slow end-to-end ones

@@ -1,10 +1,16 @@
 """The cluster examples under examples/: the TF_CONFIG they lead to is understood
 by tfdist.cluster_spec, and the stage options they pass are valid.
 
-Kubeflow's training operator builds TF_CONFIG from a TFJob as
+Kubeflow's training operator (v1, legacy) builds TF_CONFIG from a TFJob as
 ``operator_tf_config`` does (pkg/controller.v1/tensorflow/tensorflow.go):
 one address ``<job>-<replica type>-<i>.<namespace>.svc:<tfjob-port>`` per
 replica, evaluators left out, task type lower-cased.
+
+Kubeflow Trainer v2's TrainJob and TrainingRuntime manifests are checked
+against the published API models (``kubeflow-trainer-api``): every field
+must be one of theirs, with its type. Each pod's environment (JobSet labels
+through the downward API, Kubernetes' completion index) is built as a cluster
+would, and must give tfdist a cluster the strategy accepts.
 """
 
 import json
@@ -16,14 +22,16 @@ import sys
 
 import pytest
 import yaml
+from kubeflow_trainer_api import models as trainer_api
 
 from stages import train
-from tfdist.cluster_spec import check_cluster, parse_tf_config
+from tfdist.cluster_spec import JOBSET_PORT, ClusterError, check_cluster, parse_tf_config, read_jobset
 from tfdist.strategies import get_spec
 
 from conftest import REPO, tiny_params
 
 KUBEFLOW = sorted((REPO / "examples" / "kubeflow").glob("tfjob-*.yaml"))
+TRAINJOBS = sorted((REPO / "examples" / "kubeflow").glob("trainjob-*.yaml"))
 HANDMADE = REPO / "examples" / "handmade"
 RUN_TASK = HANDMADE / "run-task.sh"
 
@@ -70,6 +78,106 @@ def test_every_task_of_a_tfjob_gets_a_tf_config_the_project_accepts(path):
             check_cluster(task, get_spec(strategy))
             chiefs += task.is_chief
     assert chiefs == 1, "exactly one task writes the outputs"
+
+
+def test_there_is_a_trainjob_per_multi_process_strategy_and_the_tfjobs_say_they_are_legacy():
+    assert [p.name for p in TRAINJOBS] == ["trainjob-multi-worker-mirrored.yaml", "trainjob-parameter-server.yaml"]
+    assert all(path.read_text().startswith("# LEGACY: TFJob") for path in KUBEFLOW)
+
+
+def contained(mine, theirs, where="") -> list[str]:
+    """Where ``mine`` has a field or value ``theirs`` (the model's round trip) lacks: [] when none."""
+    if isinstance(mine, dict):
+        if not isinstance(theirs, dict):
+            return [f"{where}: not an object"]
+        return [problem for key, value in mine.items()
+                for problem in (contained(value, theirs[key], f"{where}.{key}") if key in theirs
+                                else [f"{where}.{key}: not a field of the published API"])]
+    if isinstance(mine, list):
+        if not isinstance(theirs, list) or len(mine) != len(theirs):
+            return [f"{where}: list changed"]
+        return [problem for i, (a, b) in enumerate(zip(mine, theirs)) for problem in contained(a, b, f"{where}[{i}]")]
+    return [] if mine == theirs else [f"{where}: {mine!r} became {theirs!r}"]
+
+
+def trainjob_documents(path):
+    documents = {doc["kind"]: doc for doc in yaml.safe_load_all(path.read_text())}
+    assert set(documents) == {"TrainingRuntime", "TrainJob"}
+    return documents["TrainingRuntime"], documents["TrainJob"]
+
+
+@pytest.mark.parametrize("path", TRAINJOBS, ids=lambda p: p.name)
+def test_the_trainjob_manifests_are_valid_against_the_published_trainer_api(path):
+    runtime, job = trainjob_documents(path)
+    for document, model in ((runtime, trainer_api.TrainerV1alpha1TrainingRuntime), (job, trainer_api.TrainerV1alpha1TrainJob)):
+        assert document["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+        assert contained(document, model.from_dict(document).to_dict()) == []
+    assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                                         "name": runtime["metadata"]["name"]}
+
+
+def test_a_misspelt_field_is_caught_by_the_check():
+    runtime, _ = trainjob_documents(TRAINJOBS[0])
+    runtime["spec"]["template"]["spec"]["network"]["enableDNSHostname"] = True
+    model = trainer_api.TrainerV1alpha1TrainingRuntime.from_dict(runtime)
+    assert contained(runtime, model.to_dict()) == [".spec.template.spec.network.enableDNSHostname: not a field of the published API"]
+
+
+def pod_environments(path):
+    """Every pod's (replicated job, environment) as JobSet and Kubernetes would give it."""
+    runtime, job = trainjob_documents(path)
+    name = job["metadata"]["name"]
+    for replicated in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        labels = replicated["template"].get("metadata", {}).get("labels", {})
+        trainer = labels.get("trainer.kubeflow.org/trainjob-ancestor-step") == "trainer"
+        pods = job["spec"]["trainer"]["numNodes"] if trainer else replicated["template"]["spec"].get("parallelism", 1)
+        (container,) = replicated["template"]["spec"]["template"]["spec"]["containers"]
+        pod_labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": replicated["name"]}
+        for index in range(pods):
+            env = {"JOB_COMPLETION_INDEX": str(index)}
+            for variable in container["env"]:
+                if "value" in variable:
+                    env[variable["name"]] = variable["value"]
+                else:
+                    label = re.fullmatch(r"metadata\.labels\['(.+)'\]", variable["valueFrom"]["fieldRef"]["fieldPath"])
+                    env[variable["name"]] = pod_labels[label.group(1)]
+            yield replicated["name"], index, container, env
+
+
+@pytest.mark.parametrize("path", TRAINJOBS, ids=lambda p: p.name)
+def test_every_pod_of_a_trainjob_gets_a_cluster_the_project_accepts(path):
+    strategy = path.stem.removeprefix("trainjob-").replace("-", "_")
+    name = trainjob_documents(path)[1]["metadata"]["name"]
+    tasks = []
+    for replicated, index, container, env in pod_environments(path):
+        assert container["command"] == ["python", "-m", "stages.train"]
+        context = train.main.make_context("train", list(container["args"]))
+        assert context.params["strategy"] == strategy
+        assert str(context.params["backups_dir"]).startswith("/shared/"), "a restarted set resumes from shared backups"
+        assert container["ports"] == [{"containerPort": JOBSET_PORT}]
+        task = read_jobset(env)
+        check_cluster(task, get_spec(strategy))
+        assert task.cluster[task.task_type][task.task_index] == f"{name}-{replicated}-0-{index}.{name}:{JOBSET_PORT}"
+        tasks.append(task)
+    assert sum(task.is_chief for task in tasks) == 1, "exactly one task writes the outputs"
+    assert sorted(task.name for task in tasks) == sorted(f"{job}-{i}" for job, addresses in tasks[0].cluster.items()
+                                                         for i in range(len(addresses))), "every task has its pod"
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"TFDIST_JOBSET_JOBS": "worker=node"}, "'worker=node' must look like <tf job>=<replicated job>:<pods>"),
+    ({"TFDIST_JOBSET_JOBS": "learner=node:2"}, "'learner=node:2' must look like"),
+    ({"TFDIST_JOBSET_JOBS": "worker=node:2", "JOB_COMPLETION_INDEX": "0"},
+     "TFDIST_JOBSET_JOBS is set but TFDIST_JOBSET_NAME, TFDIST_REPLICATED_JOB is not"),
+    ({"TFDIST_JOBSET_JOBS": "worker=node:2", "TFDIST_JOBSET_NAME": "j", "TFDIST_REPLICATED_JOB": "ps",
+      "JOB_COMPLETION_INDEX": "0"}, "TFDIST_REPLICATED_JOB 'ps' is not a replicated job of TFDIST_JOBSET_JOBS"),
+    ({"TFDIST_JOBSET_JOBS": "worker=node:2", "TFDIST_JOBSET_NAME": "j", "TFDIST_REPLICATED_JOB": "node",
+      "JOB_COMPLETION_INDEX": "2"}, "task.index 2 is out of range for job 'worker'"),
+])
+def test_a_bad_jobset_environment_is_refused_naming_the_variable(env, message):
+    with pytest.raises(ClusterError, match=re.escape(message)):
+        read_jobset(env)
+    assert read_jobset({}) is None
 
 
 @pytest.mark.parametrize(("cluster_file", "strategy"), [

@@ -96,7 +96,8 @@ def contained(mine, theirs, where="") -> list[str]:
     if isinstance(mine, list):
         if not isinstance(theirs, list) or len(mine) != len(theirs):
             return [f"{where}: list changed"]
-        return [problem for i, (a, b) in enumerate(zip(mine, theirs)) for problem in contained(a, b, f"{where}[{i}]")]
+        return [problem for i, (a, b) in enumerate(zip(mine, theirs, strict=True))
+                for problem in contained(a, b, f"{where}[{i}]")]
     return [] if mine == theirs else [f"{where}: {mine!r} became {theirs!r}"]
 
 
@@ -120,7 +121,8 @@ def test_a_misspelt_field_is_caught_by_the_check():
     runtime, _ = trainjob_documents(TRAINJOBS[0])
     runtime["spec"]["template"]["spec"]["network"]["enableDNSHostname"] = True
     model = trainer_api.TrainerV1alpha1TrainingRuntime.from_dict(runtime)
-    assert contained(runtime, model.to_dict()) == [".spec.template.spec.network.enableDNSHostname: not a field of the published API"]
+    assert contained(runtime, model.to_dict()) == [
+        ".spec.template.spec.network.enableDNSHostname: not a field of the published API"]
 
 
 def pod_environments(path):

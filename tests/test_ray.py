@@ -1,12 +1,16 @@
 """Ray Train as the launcher of multi_worker_mirrored (distributed.launcher: ray), on a local Ray cluster pinned to 127.0.0.1."""
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -16,7 +20,7 @@ from tfdist.errors import InputError
 from tfdist.ray_launcher import launch_ray
 from tfdist.strategies import get_spec
 
-from conftest import REPO, local_mode_environment, tiny_params, train_stage_command
+from conftest import REPO, free_ports, local_mode_environment, tiny_params, train_stage_command
 
 
 def run_stage(workdir, name, *sets, timeout=300):
@@ -47,6 +51,21 @@ def test_without_ray_installed_the_launcher_says_which_extra_to_install(tmp_path
         launch_ray(get_spec("multi_worker_mirrored"), config.distributed, ["true"], on_stop=lambda status: None)
 
 
+def test_a_ray_cluster_that_does_not_answer_fails_in_seconds_naming_its_address(tmp_path, prepared_copy):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once closed
+    tiny_params(tmp_path, distributed={"launcher": "ray", "ray_address": f"127.0.0.1:{port}"})
+    started = time.monotonic()
+    result = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored"), cwd=REPO, env=local_mode_environment(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and time.monotonic() - started < 30
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: the Ray cluster at 127.0.0.1:{port} does not answer (Connection refused): start it (ray start --head) "
+        "or fix distributed.ray_address; local starts one here")
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.slow
 def test_ray_trains_the_same_weights_as_the_local_launcher_on_loopback_and_logs_the_chief_s_run(tmp_path, prepared_copy):
     tiny_params(tmp_path, train={"epochs": 2, "batch_size": 25})
@@ -67,9 +86,52 @@ def test_ray_trains_the_same_weights_as_the_local_launcher_on_loopback_and_logs_
     assert run.info.status == "FINISHED" and run.data.tags["model_name"] == "ray"
 
 
+@contextlib.contextmanager
+def ray_head(log):
+    """A Ray cluster started as a user would (ray start --head), on 127.0.0.1: its address."""
+    port = free_ports(1)[0]
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # every node address 127.0.0.1
+    head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
+                             "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
+                             "--disable-usage-stats"], env=env, start_new_session=True, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.terminate()  # ray start --block drains and stops what it started
+        try:
+            head.wait(timeout=60)
+        finally:
+            if head.poll() is None:
+                os.killpg(head.pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
-def test_a_worker_killed_under_ray_is_restarted_by_ray_and_training_resumes_from_the_backup(tmp_path, prepared_copy):
-    tiny_params(tmp_path, train={"epochs": 8, "batch_size": 25}, distributed={"launcher": "ray", "max_restarts": 1})
+def test_on_a_ray_cluster_it_joins_a_killed_worker_is_restarted_and_training_resumes_from_the_backup(tmp_path,
+                                                                                                   prepared_copy):
+    with ray_head(tmp_path / "head.log") as address:
+        tiny_params(tmp_path, train={"epochs": 8, "batch_size": 25},
+                    distributed={"launcher": "ray", "ray_address": address, "max_restarts": 1})
+        code, stderr = run_and_kill_worker_1(tmp_path)
+    assert code == 0, stderr[-3000:]
+    assert f"on the Ray cluster at {address}" in stderr
+    assert re.findall(r"\(ip=([\d.]+), pid=", stderr)[:2] == ["127.0.0.1", "127.0.0.1"]
+    assert re.search(r"\[worker-0\] INFO tfdist.resume: resuming from the backup .*: epochs 1-\d are done", stderr)
+    assert stderr.count("started worker-1") == 2
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert mlflow.get_run(report(tmp_path, "ray")["mlflow_run_id"]).info.status == "FINISHED"
+
+
+def run_and_kill_worker_1(tmp_path):
+    """Run the stage; SIGKILL worker-1's task (only it: never a pid not read from the output) at epoch 4."""
     process = subprocess.Popen(train_stage_command(tmp_path, "multi_worker_mirrored", "ray"), cwd=REPO,
                                env=local_mode_environment(), stderr=subprocess.PIPE, text=True)
     lines = []
@@ -88,10 +150,5 @@ def test_a_worker_killed_under_ray_is_restarted_by_ray_and_training_resumes_from
         code = process.wait()
     finally:
         timer.cancel()
-    stderr = "".join(lines)
-    assert code == 0, stderr[-3000:]
-    assert killed, "worker-1 was never seen at epoch 4"
-    assert re.search(r"\[worker-0\] INFO tfdist.resume: resuming from the backup .*: epochs 1-\d are done", stderr)
-    assert stderr.count("started worker-1") == 2
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    assert mlflow.get_run(report(tmp_path, "ray")["mlflow_run_id"]).info.status == "FINISHED"
+    assert killed, "worker-1 was never seen at epoch 4:\n" + "".join(lines)[-3000:]
+    return code, "".join(lines)

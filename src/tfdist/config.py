@@ -162,8 +162,8 @@ class DistributedConfig:
         launcher: what starts a multi-process strategy's tasks when no TF_CONFIG is
             set: ``local`` (processes on 127.0.0.1, :mod:`tfdist.launcher`) or ``ray``
             (Ray Train's TensorflowTrainer, :mod:`tfdist.ray_launcher`; multi_worker_mirrored only).
-        ray_address: the Ray cluster to join under ``launcher: ray`` (``auto``,
-            ``host:6379``, ``ray://host:10001``); empty starts a local one on 127.0.0.1.
+        ray_address: the Ray cluster under ``launcher: ray``: ``local`` starts one on
+            127.0.0.1 (Ray's own word for it); ``auto``, ``host:6379`` or ``ray://host:10001`` joins one.
         heartbeat_timeout: seconds without a heartbeat after which TensorFlow's
             coordination service declares a multi_worker_mirrored task lost and
             every other task stops with that name (:mod:`tfdist.peer_loss`).
@@ -182,7 +182,7 @@ class DistributedConfig:
     connect_timeout: float = _knob(300.0, role="operational", gt=0)
     heartbeat_timeout: float = _knob(10.0, role="operational", ge=2)
     launcher: str = _knob("local", role="operational", choices=("local", "ray"))
-    ray_address: str = _knob("", role="operational")
+    ray_address: str = _knob("local", role="operational")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ hand-made cluster. A failed attempt restarts every worker up to
 ``distributed.max_restarts`` times (Ray's ``FailureConfig``), and training
 resumes from the chief's backup.
 
-On one machine (``distributed.ray_address`` empty) it starts a local Ray
+On one machine (``distributed.ray_address: local``) it starts a local Ray
 cluster whose every address is 127.0.0.1: by default Ray advertises the
 machine's network address, and TF_CONFIG would carry it. With an address it
 joins that cluster instead; every node then needs the project installed at
@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from tfdist import cluster_spec
+from tfdist import cluster_spec, native_logs
 from tfdist.config import DistributedConfig
 from tfdist.errors import InputError, Interrupted, RunError
 from tfdist.launcher import SCRATCH_ENV
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Ray's switch for multi-node networking: off, every node address is the loopback one.
 _RAY_NETWORKED_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: Where `ray start` and `ray get-auth-token --generate` keep the cluster's authentication token.
+_TOKEN_FILE = Path.home() / ".ray" / "auth_token"
 
 
 def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
@@ -49,10 +54,17 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         RunError: the run failed and Ray's restarts are used up.
         Interrupted: this process got SIGINT or SIGTERM.
     """
-    local = not distributed.ray_address
+    local = distributed.ray_address == "local"
     # Read when Ray is imported, here and in every process it starts (they inherit them).
-    if local:
-        os.environ[_RAY_NETWORKED_ENV] = "0"  # every node address is 127.0.0.1
+    if local or _on_loopback(distributed.ray_address):
+        # Every node address 127.0.0.1: for a cluster this starts, and to join one that runs on
+        # loopback (a driver that took the machine's address would look for its node there forever).
+        os.environ[_RAY_NETWORKED_ENV] = "0"
+    if not local and "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or _TOKEN_FILE.is_file()):
+        # `ray start` turns token authentication on by default (Ray 2.60) and keeps its token in
+        # ~/.ray/auth_token, but a driver joining sends it only in token mode: what Ray itself does
+        # for a cluster it starts where a token exists.
+        os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # a deduplicated line carries a suffix that escapes the log filter
     try:
         import ray
@@ -62,17 +74,26 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         raise InputError("distributed.launcher ray needs Ray Train: install the ray extra (make install does; "
                          "or pip install 'ray[train]>=2.60'), or set distributed.launcher local") from None
     where = "a local Ray cluster on 127.0.0.1" if local else f"the Ray cluster at {distributed.ray_address}"
+    if not local:
+        _check_reachable(distributed.ray_address)
     log.info("ray: running %d workers for %s on %s", distributed.workers, spec.name, where)
     with tempfile.TemporaryDirectory(prefix="tfdist-ray-") as scratch:
         root = logging.getLogger()
         level, handlers = root.level, list(root.handlers)
+        # ray.init retries a cluster it cannot join (wrong token, a node it cannot find) for minutes
+        # without a word: bound it, and say where it was stuck.
+        watchdog = threading.Timer(RAY_INIT_TIMEOUT, _give_up, args=(where,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            ray.init(address="local" if local else distributed.ray_address, num_cpus=distributed.workers if local else None,
+            ray.init(address=distributed.ray_address, num_cpus=distributed.workers if local else None,
                      include_dashboard=False, logging_config=ray.LoggingConfig(log_level="ERROR"),
                      object_store_memory=100 * 1024 * 1024 if local else None)
         except Exception as err:  # Ray's connection errors have no common base
-            raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}") from None
+            raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}; a cluster with token "
+                           "authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from None
         finally:  # Ray's logging config (for its own processes) takes over this one's root logger: give it back
+            watchdog.cancel()
             root.setLevel(level)
             root.handlers[:] = handlers
         try:
@@ -93,6 +114,43 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         finally:
             ray.shutdown()
     log.info("ray: all %d workers finished; the chief wrote the outputs", distributed.workers)
+
+
+#: Seconds to wait for a Ray cluster's address to accept a connection before giving up.
+RAY_CONNECT_TIMEOUT = 10.0
+#: Seconds ray.init may take to start or join a cluster (a local one starts in ~9 s here).
+RAY_INIT_TIMEOUT = 90.0
+
+
+def _give_up(where: str) -> None:
+    """The stage's end when ray.init hangs: nothing has started yet, so nothing is left to close."""
+    sys.stderr.write(f"error: could not start or join Ray ({where}) within {RAY_INIT_TIMEOUT:.0f} s; a cluster with "
+                     "token authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token\n")
+    native_logs.exit_now(1)
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, naming the address, when a Ray cluster to join does not answer.
+
+    ``ray.init`` itself retries an unreachable address for minutes (measured
+    here: still waiting after 200 s). ``auto`` finds the address Ray's own
+    ``ray start`` left on this machine, and fails fast by itself.
+    """
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"distributed.ray_address {address!r} must be local, auto, host:port or ray://host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_CONNECT_TIMEOUT).close()
+    except OSError as err:
+        raise RunError(f"the Ray cluster at {address} does not answer ({err.strerror or err}): start it "
+                       "(ray start --head) or fix distributed.ray_address; local starts one here") from None
+
+
+def _on_loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _run_task(loop_config: dict[str, Any]) -> None:

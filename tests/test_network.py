@@ -98,7 +98,7 @@ def test_a_cut_cable_ends_both_workers_within_the_heartbeat_timeout_each_naming_
         cut = time.monotonic()
         codes = [process.wait(timeout=60) for process, _ in tasks]
         detected = time.monotonic() - cut
-    assert codes == [1, 1] and detected < 4 + 10
+    assert codes == [1, 1] and detected < 8, f"{detected:.1f} s: TensorFlow's own 10 s heartbeat, not ours?"
     (_, chief_log), (_, other_log) = tasks
     assert last_line(chief_log).startswith(
         f"error: worker-0 lost worker-1 ({cluster['worker'][1]}) during training: no heartbeat for 4 s")

@@ -19,14 +19,16 @@ the same path (the task command is this stage's own).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,32 +80,18 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         _check_reachable(distributed.ray_address)
     log.info("ray: running %d workers for %s on %s", distributed.workers, spec.name, where)
     with tempfile.TemporaryDirectory(prefix="tfdist-ray-") as scratch:
-        root = logging.getLogger()
-        level, handlers = root.level, list(root.handlers)
-        # ray.init retries a cluster it cannot join (wrong token, a node it cannot find) for minutes
-        # without a word: bound it, and say where it was stuck.
-        watchdog = threading.Timer(RAY_INIT_TIMEOUT, _give_up, args=(where,))
-        watchdog.daemon = True
-        watchdog.start()
+        _init_ray(ray, distributed, where)
         try:
-            ray.init(address=distributed.ray_address, num_cpus=distributed.workers if local else None,
-                     include_dashboard=False, logging_config=ray.LoggingConfig(log_level="ERROR"),
-                     object_store_memory=100 * 1024 * 1024 if local else None)
-        except Exception as err:  # Ray's connection errors have no common base
-            raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}; a cluster with token "
-                           "authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from None
-        finally:  # Ray's logging config (for its own processes) takes over this one's root logger: give it back
-            watchdog.cancel()
-            root.setLevel(level)
-            root.handlers[:] = handlers
-        try:
-            trainer = TensorflowTrainer(
-                _run_task, train_loop_config={"command": list(command), "env": {SCRATCH_ENV: scratch}},
-                scaling_config=ScalingConfig(num_workers=distributed.workers, resources_per_worker={"CPU": 1}),
-                run_config=RunConfig(name=f"tfdist-{spec.name}", storage_path=scratch,
-                                     failure_config=FailureConfig(max_failures=distributed.max_restarts)),
-            )
-            trainer.fit()
+            with _relayed_output() as lines:
+                trainer = TensorflowTrainer(
+                    _run_task,
+                    train_loop_config={"command": list(command), "env": {SCRATCH_ENV: scratch}, "cwd": os.getcwd(),
+                                       "lines": lines},
+                    scaling_config=ScalingConfig(num_workers=distributed.workers, resources_per_worker={"CPU": 1}),
+                    run_config=RunConfig(name=f"tfdist-{spec.name}", storage_path=scratch,
+                                         failure_config=FailureConfig(max_failures=distributed.max_restarts)),
+                )
+                trainer.fit()
         except Interrupted:
             on_stop("KILLED")
             raise
@@ -114,6 +102,65 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         finally:
             ray.shutdown()
     log.info("ray: all %d workers finished; the chief wrote the outputs", distributed.workers)
+
+
+def _init_ray(ray: Any, distributed: DistributedConfig, where: str) -> None:
+    """Start or join Ray, quietly: Ray's own processes log nothing here below ERROR, and stream nothing.
+
+    Ray's logs of a failed attempt are Python tracebacks of the task wrapper and
+    of its own shutdown; the tasks' own lines (relayed, :func:`_relayed_output`)
+    already say what happened, in one line. Ray's logs stay in its session folder.
+    """
+    local = distributed.ray_address == "local"
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    # ray.init retries a cluster it cannot join (wrong token, a node it cannot find) for minutes
+    # without a word: bound it, and say where it was stuck.
+    watchdog = threading.Timer(RAY_INIT_TIMEOUT, _give_up, args=(where,))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        ray.init(address=distributed.ray_address, num_cpus=distributed.workers if local else None,
+                 include_dashboard=False, log_to_driver=False, logging_config=ray.LoggingConfig(log_level="ERROR"),
+                 object_store_memory=100 * 1024 * 1024 if local else None)
+    except Exception as err:  # Ray's connection errors have no common base
+        raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}; a cluster with token "
+                       "authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from None
+    finally:  # Ray's logging config (for its own processes) takes over this one's root logger: give it back
+        watchdog.cancel()
+        root.setLevel(level)
+        root.handlers[:] = handlers
+    logging.getLogger("ray").setLevel(logging.CRITICAL)  # its driver-side account of a failure: ours is one line
+
+
+@contextlib.contextmanager
+def _relayed_output() -> Iterator[Any]:
+    """A queue on the Ray cluster that the tasks put their output lines in, printed here as they come.
+
+    Works wherever the workers run (Ray's own log streaming is off, see :func:`_init_ray`).
+    """
+    from ray.util.queue import Empty, Queue
+
+    lines, done = Queue(), threading.Event()
+
+    def relay() -> None:
+        while True:
+            try:
+                sys.stderr.write(lines.get(timeout=0.2))
+                sys.stderr.flush()
+            except Empty:
+                if done.is_set():
+                    return
+            except Exception:  # the queue's actor is gone: Ray is shutting down
+                return
+
+    thread = threading.Thread(target=relay, name="ray-task-output", daemon=True)
+    thread.start()
+    try:
+        yield lines
+    finally:
+        done.set()
+        thread.join(timeout=10)
 
 
 #: Seconds to wait for a Ray cluster's address to accept a connection before giving up.
@@ -157,24 +204,24 @@ def _run_task(loop_config: dict[str, Any]) -> None:
     """In one Ray Train worker: run the train stage as the task Ray's TF_CONFIG names, and fail when it fails."""
     task = cluster_spec.read_tf_config()
     name = task.name if task else "a worker"
-    process = subprocess.Popen(loop_config["command"], env={**os.environ, **loop_config["env"]},
+    # In the driver's folder: the stage's paths are relative to it (dvc.yaml's are), and Ray runs its workers elsewhere.
+    process = subprocess.Popen(loop_config["command"], env={**os.environ, **loop_config["env"]}, cwd=loop_config["cwd"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                preexec_fn=die_with_parent())
-    # Written, not printed: Ray Train patches print() in its workers to log each line a second time.
-    _relay(f"INFO tfdist.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()}\n")
-    for line in process.stdout:  # Ray streams each worker's output to the driver; the prefix says whose
-        _relay(f"[{name}] {line}")
+    lines = loop_config["lines"]
+    lines.put(f"INFO tfdist.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()}\n")
+    for line in process.stdout:  # the prefix says whose, as under the local launcher
+        lines.put(f"[{name}] {line}")
     code = process.wait()
+    if code < 0:
+        raise RuntimeError(f"{name} was killed by {signal.Signals(-code).name}")
     if code:
         raise RuntimeError(f"{name} exited with {code} (its last line above says why)")
 
 
-def _relay(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
-
-
 def _first_line(error: BaseException) -> str:
+    """What went wrong, from a Ray error that may wrap a task's: our own task line when there is one."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    cause = next((line for line in reversed(lines) if "exited with" in line or "Error" in line), None)
-    return (cause or (lines[0] if lines else type(error).__name__))[:300]
+    ours = next((line.removeprefix("RuntimeError: ") for line in lines
+                 if line.startswith("RuntimeError: ") and ("exited with" in line or "was killed by" in line)), None)
+    return (ours or (lines[0] if lines else type(error).__name__))[:300]

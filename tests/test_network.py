@@ -60,6 +60,13 @@ def mirrored_pair(hosts, workdir, **distributed):
     return [start(hosts, i, cluster, "worker", i, workdir, "multi_worker_mirrored") for i in range(2)], cluster
 
 
+def mirrored_pair_training(hosts, workdir, **distributed):
+    """A 60-epoch multi_worker_mirrored pair, once its chief has reached epoch 3: time for a fault."""
+    tasks, cluster = mirrored_pair(hosts, workdir, **distributed)
+    wait_for(tasks[0][1], "Epoch 3/")
+    return tasks, cluster
+
+
 def parameter_server_cluster(hosts, workdir, epochs):
     tiny_params(workdir, train={"epochs": epochs, "batch_size": 25})
     a = [f"{address}:{PORT}" for address in hosts.addresses]
@@ -92,8 +99,7 @@ def test_parameter_server_trains_with_each_task_on_its_own_host(workdir):
 
 def test_a_cut_cable_ends_both_workers_within_the_heartbeat_timeout_each_naming_what_it_lost(workdir):
     with netns.TestHosts(2) as hosts:
-        tasks, cluster = mirrored_pair(hosts, workdir, heartbeat_timeout=4)
-        wait_for(tasks[0][1], "Epoch 3/")
+        tasks, cluster = mirrored_pair_training(hosts, workdir, heartbeat_timeout=4)
         hosts.cut(1)
         cut = time.monotonic()
         codes = [process.wait(timeout=60) for process, _ in tasks]
@@ -111,8 +117,7 @@ def test_a_cut_cable_ends_both_workers_within_the_heartbeat_timeout_each_naming_
 
 def test_a_killed_worker_ends_its_peer_naming_it(workdir):
     with netns.TestHosts(2) as hosts:
-        tasks, cluster = mirrored_pair(hosts, workdir)
-        wait_for(tasks[0][1], "Epoch 3/")
+        tasks, cluster = mirrored_pair_training(hosts, workdir)
         os.killpg(tasks[1][0].pid, signal.SIGKILL)
         killed = time.monotonic()
         assert tasks[0][0].wait(timeout=60) == 1
@@ -125,8 +130,7 @@ def test_a_killed_worker_ends_its_peer_naming_it(workdir):
 
 def test_sigterm_stops_the_chief_within_seconds_its_run_killed_and_its_peer_names_it(workdir):
     with netns.TestHosts(2) as hosts:
-        tasks, cluster = mirrored_pair(hosts, workdir)
-        wait_for(tasks[0][1], "Epoch 3/")
+        tasks, cluster = mirrored_pair_training(hosts, workdir)
         os.kill(tasks[0][0].pid, signal.SIGTERM)
         stopped = time.monotonic()
         assert tasks[0][0].wait(timeout=30) == 128 + signal.SIGTERM

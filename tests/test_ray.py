@@ -93,7 +93,8 @@ def test_ray_trains_the_same_weights_as_the_local_launcher_on_loopback_and_logs_
 def ray_head(log):
     """A Ray cluster started as a user would (ray start --head), on 127.0.0.1: its address."""
     port = free_ports(1)[0]
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # every node address 127.0.0.1
+    # Every node address 127.0.0.1; and no 30 s drain when the test stops it (its runs are over by then).
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "2"}
     head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
                              "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
                              "--disable-usage-stats"], env=env, start_new_session=True, stdout=log.open("w"),

@@ -54,7 +54,7 @@ def stage_errors() -> Iterator[None]:
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
     except TfdistError as err:
         click.echo(f"error: {err}", err=True)
-        if getattr(err, "exit_at_once", False):
+        if err.exit_at_once:
             native_logs.exit_now(err.exit_code)
         raise click.exceptions.Exit(err.exit_code) from None
 

@@ -16,8 +16,6 @@ CHATTER = [
     b"I0000 00:00:1796043301.682100   15878 port.cc:153] oneDNN custom operations are on.",
     b"I0000 00:00:1796043301.682745   15878 cudart_stub.cc:31] Could not find cuda drivers on your machine",
     b"W1130 12:00:01.000001    4242 grpc_server.cc:99] some warning",
-    b"[2026-11-30 18:15:43,398 E 15488 15517] core_worker.cc:2465: Actor with class name: 'PreemptionWatcher' and ID: "
-    b"'d9dd94e90fc8d7900fcb3d2301000000' has constructor arguments in the object store and max_restarts > 0.",
 ]
 CUDA_PROBE = b"E0000 00:00:1796043331.124173   16115 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error"
 KEPT = [

@@ -13,6 +13,8 @@ class TfdistError(Exception):
     """Base of the errors a user should read as one line, not a traceback."""
 
     exit_code = 1
+    #: End the process right after the one line, without the interpreter's teardown.
+    exit_at_once = False
 
 
 class InputError(TfdistError):

@@ -34,8 +34,6 @@ SHOW_ENV = "TFDIST_TF_LOGS"
 _ABSL_INFO_OR_WARNING = re.compile(rb"^[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.+-]+:\d+\] ")
 _BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 _CUDA_PROBE = re.compile(rb"^E\d{4} .*\] failed call to cuInit: ")
-#: Ray Train's warning about its own PreemptionWatcher actor on every start (ray-project/ray#53727).
-_RAY_PREEMPTION_WATCHER = re.compile(rb"^\[[^\]]*\] core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher'")
 _LOST_PEER_RECORD = re.compile(rb"^E\d{4} [^\]]*\] (BaseCollectiveExecutor::StartAbort |Aborting \w+ with "
                                rb"|Failed to (?:remove|register) function remotely )")
 #: The lines such a record continues on: only these are dropped after it, anything else shows.
@@ -50,7 +48,7 @@ _state: dict[str, object] = {}
 def is_chatter(line: bytes, has_nvidia_driver: bool) -> bool:
     """Whether one line of native stderr is start-up chatter (dropped) rather than something to show."""
     line = line.rstrip(b"\r\n")
-    if line == _BANNER or _ABSL_INFO_OR_WARNING.match(line) or _RAY_PREEMPTION_WATCHER.match(line):
+    if line == _BANNER or _ABSL_INFO_OR_WARNING.match(line):
         return True
     return not has_nvidia_driver and bool(_CUDA_PROBE.match(line))
 

@@ -169,7 +169,6 @@ class ProcessGroup:
                     signal.pthread_kill(main, signal.SIGUSR1)
                     if not self._stop_watching.wait(self.failure_grace):
                         self.stop()
-                        native_logs.restore()
                         sys.stderr.write(f"error: {self.failure}\n")
                         native_logs.exit_now(1)
                     return

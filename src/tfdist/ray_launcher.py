@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 _RAY_NETWORKED_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: Where `ray start` and `ray get-auth-token --generate` keep the cluster's authentication token.
 _TOKEN_FILE = Path.home() / ".ray" / "auth_token"
+_TOKEN_HINT = "a cluster with token authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token"
 
 
 def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
@@ -67,7 +68,6 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         # ~/.ray/auth_token, but a driver joining sends it only in token mode: what Ray itself does
         # for a cluster it starts where a token exists.
         os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # a deduplicated line carries a suffix that escapes the log filter
     try:
         import ray
         from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -124,8 +124,7 @@ def _init_ray(ray: Any, distributed: DistributedConfig, where: str) -> None:
                  include_dashboard=False, log_to_driver=False, logging_config=ray.LoggingConfig(log_level="ERROR"),
                  object_store_memory=100 * 1024 * 1024 if local else None)
     except Exception as err:  # Ray's connection errors have no common base
-        raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}; a cluster with token "
-                       "authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from None
+        raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}; {_TOKEN_HINT}") from None
     finally:  # Ray's logging config (for its own processes) takes over this one's root logger: give it back
         watchdog.cancel()
         root.setLevel(level)
@@ -171,8 +170,7 @@ RAY_INIT_TIMEOUT = 90.0
 
 def _give_up(where: str) -> None:
     """The stage's end when ray.init hangs: nothing has started yet, so nothing is left to close."""
-    sys.stderr.write(f"error: could not start or join Ray ({where}) within {RAY_INIT_TIMEOUT:.0f} s; a cluster with "
-                     "token authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token\n")
+    sys.stderr.write(f"error: could not start or join Ray ({where}) within {RAY_INIT_TIMEOUT:.0f} s; {_TOKEN_HINT}\n")
     native_logs.exit_now(1)
 
 

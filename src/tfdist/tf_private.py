@@ -67,4 +67,3 @@ def configure_collective_coordination(cluster: dict[str, list[str]], heartbeat_t
     _eager_context.context().configure_coordination_service(
         service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
         coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
-

@@ -19,7 +19,7 @@ import yaml
 
 import tfdist  # noqa: F401  (selects tf_keras before TensorFlow loads)
 from tfdist.config import Config, load_config
-from tfdist.data import Digits, load_split
+from tfdist.data.prepared import Digits, load_split
 
 PREPARED = Path("data/prepared")
 
@@ -51,7 +51,7 @@ def full_size_mnist(rows: int = 60_000, seed: int = 0) -> Path:
     """
     if FULL_SIZE.is_file():
         return FULL_SIZE
-    from tfdist.sources import load_sample
+    from tfdist.data.sources import load_sample
 
     raw = load_sample()
     rng = np.random.default_rng(seed)
@@ -74,7 +74,7 @@ def full_size(split: str) -> Digits:
 
     ``train`` is all 60,000 shifted digits; ``val`` 1,000 of them; ``test`` the 1,000 real, unshifted ones.
     """
-    from tfdist.data import normalize
+    from tfdist.data.stage import normalize
 
     with np.load(full_size_mnist()) as npz:
         arrays = {key: npz[key] for key in npz.files}

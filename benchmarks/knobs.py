@@ -24,8 +24,9 @@ STEPS = (1, 10, 50, 200, 2400)  # 2400 = a whole epoch of 60,000 at batch 25
 
 
 def one(epochs: int, intra: int, inter: int, **train: object) -> float:
-    from tfdist.strategies import configure_threads, make_strategy
-    from tfdist.training import train_model
+    from tfdist.distribute.builders import make_strategy
+    from tfdist.runtime import configure_threads
+    from tfdist.train.fit import train_model
 
     configure_threads(intra, inter)
     strategy, info = make_strategy("default")

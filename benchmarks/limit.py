@@ -23,7 +23,7 @@ from common import config, median, prepared, quietly, table  # noqa: E402
 
 
 def matmul_peak(size: int, repeats: int = 20) -> float:
-    from tfdist.runtime import tf
+    from tfdist.tf_imports import tf
 
     a = tf.random.normal((size, size))
     b = tf.random.normal((size, size)) / size**0.5  # keeps the chain's values bounded
@@ -57,13 +57,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--peak", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from tfdist.strategies import configure_threads, make_strategy
+    from tfdist.distribute.builders import make_strategy
+    from tfdist.runtime import configure_threads
 
     if args.peak is not None:
         configure_threads(args.peak, 0)
         print(matmul_peak(args.size))
         return
-    from tfdist.training import train_model
+    from tfdist.train.fit import train_model
 
     settings = config(epochs=4)
     one_core, all_cores = peak_in_process(args.size, 1), peak_in_process(args.size, 0)

@@ -26,9 +26,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
-    from tfdist.precision import hardware_support
-    from tfdist.strategies import configure_threads, make_strategy
-    from tfdist.training import train_model
+    from tfdist.distribute.builders import make_strategy
+    from tfdist.runtime import configure_threads
+    from tfdist.train.fit import train_model
+    from tfdist.train.precision import hardware_support
 
     defaults = config()
     configure_threads(defaults.runtime.intra_op_threads, defaults.runtime.inter_op_threads)

@@ -34,8 +34,8 @@ def main() -> None:
     shutil.copy(ROOT / "params.yaml", work / "params.yaml")
     python = sys.executable
     sets = ["--set", "train.epochs=1", "--set", "mlflow.log_models=false", "--set", "data.source=sample"]
-    rows = [["import tfdist.roles (the train entry)", timed([python, "-c", "import tfdist.roles"], work), ""],
-            ["import tensorflow (tf_keras)", timed([python, "-c", "import tfdist.runtime"], work), ""],
+    rows = [["import tfdist.train.stage (the train entry)", timed([python, "-c", "import tfdist.train.stage"], work), ""],
+            ["import tensorflow (tf_keras)", timed([python, "-c", "import tfdist.tf_imports"], work), ""],
             ["import mlflow", timed([python, "-c", "import mlflow"], work), ""],
             ["preprocess", timed([python, str(ROOT / "stages/preprocess.py"), *sets], work), ""]]
     seconds = timed([python, str(ROOT / "stages/train.py"), "--strategy", "default", "--name", "normal", *sets], work)

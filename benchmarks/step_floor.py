@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import accuracy, full_size  # noqa: E402
 
-from tfdist.runtime import keras, tf  # noqa: E402
-from tfdist.strategies import configure_threads  # noqa: E402
+from tfdist.runtime import configure_threads  # noqa: E402
+from tfdist.tf_imports import keras, tf  # noqa: E402
 
 BATCH = 25
 

@@ -9,7 +9,7 @@ on the test split.
   Sequential model, ``compile("adam", ...)``, ``model.fit(X_train, y_train,
   epochs=..., batch_size=25)`` on NumPy arrays, TensorFlow's default threads
   (its progress output is discarded, so the terminal costs it nothing).
-- The project's way is ``tfdist.training.train_model`` with the project's
+- The project's way is ``tfdist.train.fit.train_model`` with the project's
   defaults: a cached, prefetched tf.data pipeline, ``steps_per_execution``
   and the ``runtime`` thread settings.
 
@@ -37,7 +37,7 @@ WAYS = ("seed", "project-newer-adam", "project")
 def seed_way(epochs: int) -> tuple[float, float]:
     from common import accuracy, full_size, median
 
-    from tfdist.runtime import keras
+    from tfdist.tf_imports import keras
 
     train, test = full_size("train"), full_size("test")
 
@@ -66,9 +66,10 @@ def seed_way(epochs: int) -> tuple[float, float]:
 def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float]:
     from common import accuracy, config, full_size, quietly
 
-    from tfdist import models
-    from tfdist.strategies import configure_threads, make_strategy
-    from tfdist.training import train_model
+    from tfdist.distribute.builders import make_strategy
+    from tfdist.runtime import configure_threads
+    from tfdist.train import models
+    from tfdist.train.fit import train_model
 
     if not fused_optimizer:  # the project before the fused (legacy) optimizers: the newer Adam
         models._OPTIMIZERS["adam"] = (models._OPTIMIZERS["adam"][1],) * 2

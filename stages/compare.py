@@ -7,9 +7,8 @@ from pathlib import Path
 import click
 
 from stages._cli import config_options, stage_errors
-from tfdist.comparison import NORMAL
+from tfdist.compare.stage import compare
 from tfdist.config import load_config
-from tfdist.publishing import compare
 
 
 @click.command()
@@ -24,8 +23,7 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
     """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        names = [NORMAL, *config.distributed.strategies]
-        comparison = compare(config, names, train_reports, eval_reports, out_dir)
+        comparison = compare(config, train_reports, eval_reports, out_dir)
         click.echo(comparison["verdict"])
 
 

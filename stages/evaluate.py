@@ -9,7 +9,7 @@ import click
 from stages._cli import config_options, stage_errors
 from tfdist import atomic
 from tfdist.config import check_run_name, load_config
-from tfdist.evaluation import evaluate
+from tfdist.evaluate.stage import evaluate
 from tfdist.reports import write_report
 
 

@@ -9,7 +9,7 @@ import click
 from stages._cli import config_options, stage_errors
 from tfdist import atomic
 from tfdist.config import load_config
-from tfdist.data import preprocess
+from tfdist.data.stage import preprocess
 
 
 @click.command()

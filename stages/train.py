@@ -9,9 +9,9 @@ import click
 
 from stages._cli import config_options, stage_errors
 from tfdist.config import check_run_name, load_config
+from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.reports import RunPaths, write_history, write_report
-from tfdist.roles import train
-from tfdist.strategies import STRATEGY_NAMES
+from tfdist.train.stage import train
 
 
 @click.command()

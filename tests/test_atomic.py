@@ -1,3 +1,5 @@
+"""All-or-nothing outputs: a write that fails leaves the old file, not half a new one."""
+
 import pytest
 
 from tfdist import atomic

@@ -9,7 +9,7 @@ import pytest
 
 from tfdist.native_logs import ChatterFilter, is_chatter
 
-from conftest import REPO, tiny_params
+from helpers.project import REPO, tiny_params
 
 CHATTER = [
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
@@ -23,7 +23,7 @@ KEPT = [
     b"F0000 00:00:1.2   1 check.cc:1] Check failed",
     b"error: train.epochs must be >= 1; got 0",
     b"Traceback (most recent call last):",
-    b"INFO tfdist.roles: cluster mode: this process is worker-0 of 2 workers",
+    b"INFO tfdist.train.stage: cluster mode: this process is worker-0 of 2 workers",
 ]
 
 

@@ -8,7 +8,7 @@ from tfdist.errors import InputError
 from tfdist.hardware import describe
 from tfdist.reports import EvalReport, TrainReport, read_report, to_dict, write_report
 
-from conftest import train_report
+from helpers.reports import train_report
 
 
 def test_a_report_written_is_read_back_equal(tmp_path):

@@ -6,7 +6,7 @@ If a TensorFlow or tf_keras upgrade moves or changes one, this fails first, nami
 import subprocess
 import sys
 
-from tfdist.runtime import keras, tf
+from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import create_optimizer_slots, tracing_count, untracked
 
 
@@ -45,7 +45,7 @@ def test_tracing_count_counts_traces_of_a_tf_function():
 
 
 def test_resetting_the_eager_context_leaves_tensorflow_usable():
-    code = ("from tfdist.tf_private import reset_eager_context\nfrom tfdist.runtime import tf\n"
+    code = ("from tfdist.tf_private import reset_eager_context\nfrom tfdist.tf_imports import tf\n"
             "tf.constant(1.0) + 1\nreset_eager_context()\nprint(int(tf.constant(2) + 1))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

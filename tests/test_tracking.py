@@ -1,3 +1,5 @@
+"""Tracking in MLflow: the store, runs with params and epoch metrics, models, the registry, and stores that are wrong."""
+
 import subprocess
 import sys
 
@@ -9,7 +11,8 @@ from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
 from tfdist.workspace import workspace_root
 
-from conftest import free_ports, tiny_params
+from helpers.project import tiny_params
+from helpers.servers import free_ports
 
 
 @pytest.fixture
@@ -54,7 +57,7 @@ def test_metrics_can_be_added_to_a_finished_run(store):
 
 def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
     from tfdist.config import ModelConfig
-    from tfdist.models import build_seed_model
+    from tfdist.train.models import build_seed_model
 
     model = build_seed_model(ModelConfig(hidden_units=[8]))
     example = __import__("numpy").zeros((2, 784), dtype="float32")
@@ -73,7 +76,7 @@ def test_unusable_store_fails_before_training(tmp_path):
 
 def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(tmp_path, store):
     from tfdist.config import ModelConfig
-    from tfdist.models import build_seed_model
+    from tfdist.train.models import build_seed_model
 
     example = __import__("numpy").zeros((2, 784), dtype="float32")
     versions = []

@@ -21,7 +21,6 @@ from typing import Any
 import yaml
 
 from tfdist.errors import InputError
-from tfdist.strategies import ALL_REDUCE, DEFAULT_PIPELINE, PIPELINE_STRATEGIES
 
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
@@ -30,6 +29,9 @@ MIXED_PRECISIONS = PRECISIONS[1:]
 CLIP_METHODS = ("none", "global_norm", "norm", "value")
 DATA_SOURCES = ("auto", "keras", "sample")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
+#: multi_worker_mirrored's all-reduce implementations (``distributed.all_reduce``).
+ALL_REDUCE = ("auto", "ring", "nccl")
+LAUNCHERS = ("local", "ray")
 
 
 #: What a knob decides. ``result``: the trained model or a measured number
@@ -37,6 +39,11 @@ OPTIMIZERS = ("adam", "sgd", "rmsprop")
 #: ``tracking``: where runs are recorded (a backup names a run of that store);
 #: ``operational``: neither (timeouts, restarts, which stages exist, what is logged).
 ROLES = ("result", "tracking", "operational")
+#: The kinds of stage in dvc.yaml (``train-normal`` and ``train-distributed@NAME`` are both ``train``).
+STAGES = ("preprocess", "train", "evaluate", "compare")
+_PREPROCESS, _TRAIN, _BOTH = ("preprocess",), ("train",), ("preprocess", "train")
+#: Where runs are recorded decides every stage that records in MLflow.
+_RECORDING = ("train", "evaluate", "compare")
 #: A run name: it becomes a folder and file name (models/NAME, reports/train/NAME.json).
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
 
@@ -45,9 +52,15 @@ class ConfigError(InputError):
     """A params file, key or value the user must fix (stages exit with code 2)."""
 
 
-def _knob(default: Any, role: str = "result", **rules: Any) -> Any:
-    """A dataclass field carrying its role (:data:`ROLES`) and validation rules (ge, gt, lt, choices, item_*, min_len)."""
-    metadata = {"role": role, **rules}
+def _knob(default: Any, decides: tuple[str, ...], role: str = "result", **rules: Any) -> Any:
+    """A dataclass field carrying what it decides and its validation rules (ge, gt, lt, choices, item_*, min_len).
+
+    Args:
+        decides: the kinds of stage (:data:`STAGES`) whose outputs or MLflow records
+            it changes: what dvc.yaml lists as their ``params:`` (a test holds them equal).
+        role: what it is to a run (:data:`ROLES`): the backup key and ``make experiments`` use it.
+    """
+    metadata = {"role": role, "decides": decides, **rules}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -67,10 +80,10 @@ class DataConfig:
         download_timeout: seconds before a download of full MNIST gives up.
     """
 
-    source: str = _knob("auto")
-    validation_split: float = _knob(0.1, ge=0.0, lt=1.0)
-    test_split: float = _knob(0.2, gt=0.0, lt=1.0)
-    download_timeout: float = _knob(10.0, role="operational", gt=0.0)
+    source: str = _knob("auto", decides=_PREPROCESS)
+    validation_split: float = _knob(0.1, decides=_PREPROCESS, ge=0.0, lt=1.0)
+    test_split: float = _knob(0.2, decides=_PREPROCESS, gt=0.0, lt=1.0)
+    download_timeout: float = _knob(10.0, decides=(), role="operational", gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -82,8 +95,8 @@ class ModelConfig:
         dropout: dropout rate after the hidden layers.
     """
 
-    hidden_units: list[int] = _knob([128], item_ge=1, min_len=1)
-    dropout: float = _knob(0.2, ge=0.0, lt=1.0)
+    hidden_units: list[int] = _knob([128], decides=_TRAIN, item_ge=1, min_len=1)
+    dropout: float = _knob(0.2, decides=_TRAIN, ge=0.0, lt=1.0)
 
 
 @dataclass(frozen=True)
@@ -97,8 +110,8 @@ class ClipConfig:
         value: the norm or value to clip to.
     """
 
-    method: str = _knob("none", choices=CLIP_METHODS)
-    value: float = _knob(1.0, gt=0.0)
+    method: str = _knob("none", decides=_TRAIN, choices=CLIP_METHODS)
+    value: float = _knob(1.0, decides=_TRAIN, gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -127,17 +140,17 @@ class TrainConfig:
             for what it does on this machine).
     """
 
-    epochs: int = _knob(10, ge=1)
-    batch_size: int = _knob(25, ge=1)
-    learning_rate: float = _knob(0.001, gt=0.0)
-    optimizer: str = _knob("adam", choices=OPTIMIZERS)
-    steps_per_execution: int = _knob(50, ge=1)
-    lr_scaling: str = _knob("none", choices=LR_SCALINGS)
-    warmup_epochs: float = _knob(0.0, ge=0.0)
-    loop: str = _knob("fit", choices=LOOPS)
-    precision: str = _knob("float32", choices=PRECISIONS)
+    epochs: int = _knob(10, decides=_TRAIN, ge=1)
+    batch_size: int = _knob(25, decides=_TRAIN, ge=1)
+    learning_rate: float = _knob(0.001, decides=_TRAIN, gt=0.0)
+    optimizer: str = _knob("adam", decides=_TRAIN, choices=OPTIMIZERS)
+    steps_per_execution: int = _knob(50, decides=_TRAIN, ge=1)
+    lr_scaling: str = _knob("none", decides=_TRAIN, choices=LR_SCALINGS)
+    warmup_epochs: float = _knob(0.0, decides=_TRAIN, ge=0.0)
+    loop: str = _knob("fit", decides=_TRAIN, choices=LOOPS)
+    precision: str = _knob("float32", decides=_TRAIN, choices=PRECISIONS)
     clip: ClipConfig = field(default_factory=ClipConfig)
-    jit_compile: bool = _knob(False)
+    jit_compile: bool = _knob(False, decides=_TRAIN)
 
 
 @dataclass(frozen=True)
@@ -158,31 +171,31 @@ class DistributedConfig:
         all_reduce: multi_worker_mirrored's all-reduce: ``auto`` (TensorFlow picks:
             ring on CPUs), ``ring`` (the algorithm Horovod popularised) or ``nccl`` (GPUs only).
         connect_timeout: seconds a cluster task waits for its peers to start before
-            it gives up naming them (:mod:`tfdist.rendezvous`).
+            it gives up naming them (:mod:`tfdist.cluster.rendezvous`).
         launcher: what starts a multi-process strategy's tasks when no TF_CONFIG is
-            set: ``local`` (processes on 127.0.0.1, :mod:`tfdist.launcher`) or ``ray``
-            (Ray Train's TensorflowTrainer, :mod:`tfdist.ray_launcher`; multi_worker_mirrored only).
+            set: ``local`` (processes on 127.0.0.1, :mod:`tfdist.cluster.launcher`) or ``ray``
+            (Ray Train's TensorflowTrainer, :mod:`tfdist.cluster.ray_launcher`; multi_worker_mirrored only).
         ray_address: the Ray cluster under ``launcher: ray``: ``local`` starts one on
             127.0.0.1 (Ray's own word for it); ``auto``, ``host:6379`` or ``ray://host:10001`` joins one.
         heartbeat_timeout: seconds without a heartbeat after which TensorFlow's
             coordination service declares a multi_worker_mirrored task lost and
-            every other task stops with that name (:mod:`tfdist.peer_loss`).
+            every other task stops with that name (:mod:`tfdist.cluster.peer_loss`).
     """
 
-    strategies: list[str] = _knob(
-        list(DEFAULT_PIPELINE), role="operational",
-        item_choices=PIPELINE_STRATEGIES, min_len=1,
-    )
-    devices: int = _knob(2, ge=1)
-    workers: int = _knob(2, ge=1)
-    ps: int = _knob(1, ge=1)
-    max_restarts: int = _knob(1, role="operational", ge=0)
-    micro_batches: int = _knob(5, ge=1)
-    all_reduce: str = _knob("auto", choices=ALL_REDUCE)
-    connect_timeout: float = _knob(300.0, role="operational", gt=0)
-    heartbeat_timeout: float = _knob(10.0, role="operational", ge=2)
-    launcher: str = _knob("local", role="operational", choices=("local", "ray"))
-    ray_address: str = _knob("local", role="operational")
+    # The default pipeline (the registry's DEFAULT_PIPELINE; tests/distribute/test_registry.py holds them equal).
+    # The names are checked against the registry where strategies run (tfdist.distribute.registry.check_pipeline).
+    strategies: list[str] = _knob(["mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"],
+                                  decides=("compare",), role="operational", min_len=1)
+    devices: int = _knob(2, decides=_TRAIN, ge=1)
+    workers: int = _knob(2, decides=_TRAIN, ge=1)
+    ps: int = _knob(1, decides=_TRAIN, ge=1)
+    max_restarts: int = _knob(1, decides=(), role="operational", ge=0)
+    micro_batches: int = _knob(5, decides=_TRAIN, ge=1)
+    all_reduce: str = _knob("auto", decides=_TRAIN, choices=ALL_REDUCE)
+    connect_timeout: float = _knob(300.0, decides=(), role="operational", gt=0)
+    heartbeat_timeout: float = _knob(10.0, decides=(), role="operational", ge=2)
+    launcher: str = _knob("local", decides=(), role="operational", choices=LAUNCHERS)
+    ray_address: str = _knob("local", decides=(), role="operational")
 
 
 @dataclass(frozen=True)
@@ -197,8 +210,8 @@ class RuntimeConfig:
             replicas, or compute and input, proceed side by side.
     """
 
-    intra_op_threads: int = _knob(1, ge=0)
-    inter_op_threads: int = _knob(2, ge=0)
+    intra_op_threads: int = _knob(1, decides=_TRAIN, ge=0)
+    inter_op_threads: int = _knob(2, decides=_TRAIN, ge=0)
 
 
 @dataclass(frozen=True)
@@ -214,11 +227,11 @@ class MlflowConfig:
         registered_model: the registered model's name (one name, a version per run).
     """
 
-    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", role="tracking")
-    experiment: str = _knob("tfdist-mnist", role="tracking")
-    log_models: bool = _knob(True, role="operational")
-    register_models: bool = _knob(False, role="operational")
-    registered_model: str = _knob("tfdist-mnist-classifier", role="operational")
+    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking")
+    experiment: str = _knob("tfdist-mnist", decides=_RECORDING, role="tracking")
+    log_models: bool = _knob(True, decides=_TRAIN, role="operational")
+    register_models: bool = _knob(False, decides=("train", "compare"), role="operational")
+    registered_model: str = _knob("tfdist-mnist-classifier", decides=("train", "compare"), role="operational")
 
     def __post_init__(self) -> None:
         if self.register_models and not self.log_models:
@@ -233,7 +246,7 @@ class Config:
         seed: seeds the data split, shuffling and weight initialisation.
     """
 
-    seed: int = _knob(42, ge=0)
+    seed: int = _knob(42, decides=_BOTH, ge=0)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -365,16 +378,32 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
 _TYPE_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string"}
 
 
-def knob_roles(kind: type = Config, prefix: str = "") -> dict[str, str]:
-    """``{"train.epochs": "result", ...}``: every knob's dotted key and role (:data:`ROLES`)."""
-    roles: dict[str, str] = {}
+def _knob_metadata(kind: type = Config, prefix: str = "") -> dict[str, typing.Mapping[str, Any]]:
+    """Every knob's dotted key and its field metadata (role, decides, rules), in params.yaml's order."""
+    found: dict[str, typing.Mapping[str, Any]] = {}
     hints = typing.get_type_hints(kind)
     for f in dataclasses.fields(kind):
         if dataclasses.is_dataclass(hints[f.name]):
-            roles.update(knob_roles(hints[f.name], f"{prefix}{f.name}."))
+            found.update(_knob_metadata(hints[f.name], f"{prefix}{f.name}."))
         else:
-            roles[f"{prefix}{f.name}"] = f.metadata["role"]
-    return roles
+            found[f"{prefix}{f.name}"] = f.metadata
+    return found
+
+
+def knob_roles() -> dict[str, str]:
+    """``{"train.epochs": "result", ...}``: every knob's dotted key and role (:data:`ROLES`)."""
+    return {key: metadata["role"] for key, metadata in _knob_metadata().items()}
+
+
+def stage_params(stage: str) -> list[str]:
+    """The dotted keys of the knobs that decide a kind of stage (:data:`STAGES`): its ``params:`` in dvc.yaml.
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`STAGES`.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown kind of stage {stage!r}; kinds are {', '.join(STAGES)}")
+    return [key for key, metadata in _knob_metadata().items() if stage in metadata["decides"]]
 
 
 def identifying_params(config: Config) -> dict[str, Any]:

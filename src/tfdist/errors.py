@@ -1,4 +1,4 @@
-"""The two kinds of failure a stage reports, and the exit code each maps to.
+"""The kinds of failure a stage reports, and the exit code each maps to.
 
 Stages print the message of these as one line and exit with ``exit_code``;
 any other exception is a bug and keeps its traceback.
@@ -21,6 +21,10 @@ class InputError(TfdistError):
     """Something the user gave is wrong: a file, a value, a path (exit 2)."""
 
     exit_code = 2
+
+
+class StrategyError(InputError):
+    """An unknown strategy name, a combination of params it cannot train, or hardware it needs and this machine lacks (exit 2)."""
 
 
 class RunError(TfdistError):

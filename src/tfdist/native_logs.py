@@ -10,7 +10,8 @@ stderr unless it is such chatter: absl-format INFO and WARNING lines, the
 banner, the CUDA probe errors where no NVIDIA driver is installed, and the
 ERROR records that a lost peer causes (collectives aborted, functions that
 cannot be removed from it at exit): the Python error says the same, and
-:mod:`tfdist.peer_loss` turns it into one line. Every other line passes, Python's own (tracebacks, ``error: ...``, logging) and
+:mod:`tfdist.cluster.peer_loss` turns it into one line. Every other line passes,
+Python's own (tracebacks, ``error: ...``, logging) and
 TensorFlow's ERROR and FATAL lines alike, so an error that matters still
 reaches the user.
 

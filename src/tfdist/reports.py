@@ -57,7 +57,7 @@ class TrainReport:
         strategy: the registry name of its strategy; ``paradigm`` its kind
             of parallelism (``none``, ``data``).
         strategy_class, replicas, devices, workers, ps, synchronous: what the
-            strategy resolved to (:class:`tfdist.strategies.StrategyInfo`).
+            strategy resolved to (:class:`tfdist.distribute.registry.StrategyInfo`).
         loop, precision, clip_method, clip_value, lr_scaling: the knobs that shaped the run.
         precision_can_be_faster: whether its precision has a faster unit here.
         precision_support: the same, for each mixed precision.
@@ -72,7 +72,7 @@ class TrainReport:
         startup_seconds: process start to ``fit`` (None where unknown).
         cpu_percent: mean CPU utilisation of the chief's machine while ``fit`` ran (% of all its cores).
         params_per_device, bytes_per_step, stages, micro_batches, bubble_theory, bubble:
-            what a step holds and moves (:class:`tfdist.parallelism.Costs`).
+            what a step holds and moves (:class:`tfdist.train.step_costs.Costs`).
         loss, accuracy, val_loss, val_accuracy: the last epoch's.
         weights_sha256: digest of the trained weights (equal digests: identical weights).
         mlflow_run_id: the run holding it in MLflow ("" when not tracked).

@@ -1,14 +1,74 @@
-"""TensorFlow and Keras as tfdist uses them: ``from tfdist.runtime import keras, tf``.
+"""How this process's TensorFlow runtime uses the machine: thread pools and logical CPU devices.
 
-tfdist uses tf_keras (the Keras 2 API): with Keras 3, MultiWorkerMirrored +
-``fit``, CentralStorage with Dropout and ParameterServer training all fail in
-TF 2.21. The package ``__init__`` has already set ``TF_USE_LEGACY_KERAS`` so
-that ``tf.keras`` (which MLflow's flavor uses) is tf_keras too.
+Both are fixed once TensorFlow runs its first op, so a training process
+sets them first thing: ``runtime:`` in params.yaml sizes the thread pools,
+and strategies that want several replicas (or layer stages) on a CPU split
+it into logical devices.
+
+TensorFlow is imported lazily, on the first call: a stage must report a bad
+param in well under a second, before TensorFlow's seconds-long import.
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
-import tf_keras as keras
+import importlib
+import logging
+from typing import Any
 
-__all__ = ["keras", "tf"]
+from tfdist.errors import StrategyError
+
+log = logging.getLogger(__name__)
+
+
+def tensorflow() -> Any:
+    """TensorFlow, imported on first use: it takes seconds (the package init selected Keras 2)."""
+    return importlib.import_module("tensorflow")
+
+
+
+def configure_cpu_devices(count: int) -> list[str]:
+    """Split the CPU into ``count`` logical devices, unless GPUs are present.
+
+    Must run before TensorFlow executes its first op; afterwards the device
+    list is frozen. Returns the device names replicas should use.
+
+    Raises:
+        StrategyError: the runtime is already initialised with another split.
+    """
+    tf = tensorflow()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return [f"/gpu:{i}" for i in range(len(gpus))]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if (len(current) if current else 1) != count:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+            )
+        except RuntimeError:
+            have = len(tf.config.list_logical_devices("CPU"))
+            raise StrategyError(
+                f"cannot split the CPU into {count} devices: TensorFlow already runs with {have}; "
+                "configure devices before any TensorFlow op runs"
+            ) from None
+    return [f"/cpu:{i}" for i in range(count)]
+
+
+def configure_threads(intra_op: int, inter_op: int) -> None:
+    """Set TensorFlow's thread pools (0 leaves TensorFlow's choice); first thing in the process.
+
+    Once TensorFlow's runtime has started the pools are fixed: then this only
+    warns, so a library caller (a notebook, the tests) keeps working.
+    """
+    tf = tensorflow()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    except RuntimeError:
+        current = (tf.config.threading.get_intra_op_parallelism_threads(),
+                   tf.config.threading.get_inter_op_parallelism_threads())
+        if current != (intra_op, inter_op):
+            log.warning("TensorFlow already runs with (intra, inter) op threads %s; runtime settings %s not applied",
+                        current, (intra_op, inter_op))
+

@@ -14,7 +14,7 @@ from typing import Any
 
 from tensorflow.python.eager import context as _eager_context
 
-from tfdist.runtime import tf
+from tfdist.tf_imports import tf
 
 #: Decorates a Keras layer/model method whose attribute assignments must not be
 #: tracked as dependencies (so they are neither weights nor saved).

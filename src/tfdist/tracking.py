@@ -33,7 +33,7 @@ from mlflow.utils.git_utils import get_git_commit
 
 from tfdist.config import Config, MlflowConfig, identifying_params, to_flat_dict
 from tfdist.errors import InputError, Interrupted
-from tfdist.runtime import keras, tf
+from tfdist.tf_imports import keras, tf
 from tfdist.workspace import workspace_root
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,109 @@
+"""The machine-wide port book: loopback ports no two live local launchers are ever given both.
+
+The kernel hands a probed port out again as soon as the probe closes, so two
+launches starting at once (``dvc queue start -j 2``) could be given the same
+port before either's tasks bind it. The book (a JSON file under flock, in the
+temp folder) records which ports each launcher process holds; a dead
+launcher's ports are free again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from tfdist.errors import RunError
+
+LOOPBACK = "127.0.0.1"
+
+#: The ports live local launchers hold, machine-wide (JSON, under flock): TMPDIR moves it.
+PORT_BOOK = "tfdist-ports.json"
+#: Probe sockets to try before giving up on finding unheld ports.
+_PORT_TRIES = 200
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` distinct ports free on ``host`` now and held by no other live tfdist launcher; held for this one.
+
+    The kernel hands a probed port out again as soon as the probe closes, so
+    two launches starting at once (``dvc queue start -j 2``) could be given
+    the same port before either's tasks bind it. The port book records which
+    ports each launcher process holds; a dead launcher's are free again.
+    Release them with :func:`release_ports` when the cluster stops.
+
+    Raises:
+        RunError: no such ports after many tries (the ephemeral range is exhausted).
+    """
+    with _port_book() as book:
+        for port in [port for port, pid in book.items() if not _alive(pid)]:
+            del book[port]  # its launcher is gone
+        held = {int(port) for port in book}
+        chosen: list[int] = []
+        sockets = []
+        try:
+            for _ in range(_PORT_TRIES):
+                if len(chosen) == count:
+                    break
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                try:
+                    sock.bind((host, 0))
+                except OSError:
+                    break  # the kernel has no free port left in its range
+                port = sock.getsockname()[1]
+                if port not in held and port not in chosen:
+                    chosen.append(port)
+        finally:
+            for sock in sockets:
+                sock.close()
+        if len(chosen) < count:
+            raise RunError(f"no {count} free ports on {host} that another tfdist launch does not hold "
+                           f"({len(held)} held); wait for it, or widen net.ipv4.ip_local_port_range")
+        book.update({str(port): os.getpid() for port in chosen})
+        return chosen
+
+
+def release_ports(ports: Sequence[int]) -> None:
+    """Give back ports :func:`free_ports` held for this process."""
+    with _port_book() as book:
+        for port in ports:
+            if book.get(str(port)) == os.getpid():
+                del book[str(port)]
+
+
+@contextlib.contextmanager
+def _port_book() -> Iterator[dict[str, int]]:
+    """The port book as ``{port: launcher pid}``, read and written back under an exclusive lock."""
+    path = Path(tempfile.gettempdir()) / PORT_BOOK
+    with open(path, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            text = handle.read()
+            try:
+                book = {str(port): int(pid) for port, pid in json.loads(text).items()} if text.strip() else {}
+            except (ValueError, AttributeError):
+                book = {}  # a torn or foreign file: start a new book
+            yield book
+            handle.seek(0)
+            handle.truncate()
+            json.dump(book, handle)
+            handle.flush()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True

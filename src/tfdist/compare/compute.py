@@ -1,0 +1,289 @@
+"""The comparison's numbers and words: every run side by side, the verdict, the advice.
+
+Computes; does not lay out (:mod:`tfdist.compare.render` renders it as
+markdown, HTML and figures). Reads the typed train and eval reports the
+earlier stages wrote, so it needs neither TensorFlow nor MLflow, and reasons
+about hardware from what each report recorded where training ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tfdist.config import MIXED_PRECISIONS
+from tfdist.distribute.registry import splits_layers
+from tfdist.errors import InputError
+from tfdist.hardware import Hardware
+from tfdist.reports import EvalReport, TrainReport
+
+NORMAL = "normal"
+# Below this ratio either way, a speed difference is within run-to-run noise.
+_NOISE = 0.10
+# Test accuracy lost (points) past which the advice says so.
+_ACCURACY_LOSS_POINTS = 1.0
+#: Device counts the scaling advice projects to.
+PROJECTED_DEVICES = (4, 8)
+
+
+def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalReport]) -> dict[str, Any]:
+    """Rows for every run (``normal`` first) plus the verdict, the advice and the scaling projection.
+
+    Args:
+        train: train report per run name; must include ``normal``.
+        evaluation: eval report per run name.
+    """
+    if NORMAL not in train:
+        raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
+    base, base_accuracy = train[NORMAL], evaluation[NORMAL].accuracy
+    rows = [_row(train[name], evaluation[name], base, base_accuracy)
+            for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]]
+    support = {name: dataclasses.asdict(found) for name, found in base.precision_support.items()}
+    projections = scaling(rows)
+    return {
+        "verdict": verdict(rows),
+        "advice": advice(rows, projections, support),
+        "scaling": projections,
+        "precision_support": support,
+        "cpu_count": base.hardware.cpu_cores,
+        "measured_on": measured_on(base.hardware),
+        "runs": {row["name"]: row for row in rows},
+    }
+
+
+def measured_on(hardware: Hardware) -> str:
+    """Where the numbers come from, in one sentence: they hold for that machine, not for every one."""
+    cpu = f"{hardware.cpu_model or 'CPU'}, {hardware.cpu_cores} cores"
+    gpus = f"{len(hardware.gpu_models)} x {hardware.gpu_models[0]}" if hardware.gpu_models else "no GPU"
+    return (f"Measured on {', '.join(hardware.hosts)} ({cpu}, {gpus}); the numbers are that machine's: "
+            "run `dvc repro` to measure yours.")
+
+
+def _row(report: TrainReport, result: EvalReport, base: TrainReport, base_accuracy: float) -> dict[str, Any]:
+    """One run's line of the comparison: its setup, its costs, and how it compares with normal training."""
+    return {
+        "name": report.name,
+        "strategy": report.strategy,
+        "paradigm": report.paradigm,
+        "strategy_class": report.strategy_class,
+        "loop": report.loop,
+        "precision": report.precision,
+        "clip": report.clip_method,
+        "precision_can_be_faster": report.precision_can_be_faster,
+        "synchronous": report.synchronous,
+        "replicas": report.replicas,
+        "workers": report.workers,
+        "ps": report.ps,
+        "processes": f"{report.workers} + {report.ps}" if report.ps else str(report.workers),
+        "devices": report.devices,
+        "hosts": report.hardware.hosts,
+        "device_kinds": report.hardware.device_kinds,
+        "cpu_cores": report.hardware.cpu_cores,
+        "shared_cpu": report.hardware.shared_cpu,
+        "global_batch_size": report.global_batch_size,
+        "learning_rate": report.learning_rate,
+        "lr_scaling": report.lr_scaling,
+        "warmup_steps": report.warmup_steps,
+        "epochs": report.epochs,
+        "train_seconds": report.train_seconds,
+        "samples_per_second": report.steady_samples_per_second,
+        "steady_epoch_seconds": report.steady_epoch_seconds,
+        "first_epoch_overhead_seconds": report.first_epoch_overhead_seconds,
+        "startup_seconds": report.startup_seconds,
+        "cpu_percent": report.cpu_percent,
+        "params_per_device": report.params_per_device,
+        "max_params_per_device": max(report.params_per_device),
+        "bytes_per_step": report.bytes_per_step,
+        "stages": report.stages,
+        "micro_batches": report.micro_batches,
+        "bubble": report.bubble,
+        "bubble_theory": report.bubble_theory,
+        "speedup": base.steady_epoch_seconds / report.steady_epoch_seconds,
+        "wall_speedup": base.train_seconds / report.train_seconds,
+        "test_accuracy": result.accuracy,
+        "test_loss": result.loss,
+        "accuracy_delta_points": 100 * (result.accuracy - base_accuracy),
+        "mlflow_run_id": report.mlflow_run_id,
+        "run_label": report.run_label,
+    }
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """One or two sentences, from the numbers, on whether distributing paid off and why."""
+    normal, others = rows[0], rows[1:]
+    if not others:
+        return "Only normal training ran; list strategies under distributed.strategies to compare."
+    best = max(others, key=lambda r: r["speedup"])
+    accuracy = f"test accuracy {best['test_accuracy']:.3f} vs {normal['test_accuracy']:.3f}"
+    pace = (f"{best['steady_epoch_seconds']:.3f} s vs {normal['steady_epoch_seconds']:.3f} s per epoch at "
+            "steady state")
+    if best["speedup"] >= 1 + _NOISE:
+        head = (f"Distribution paid off: {best['name']} trained {best['speedup']:.2f}x as fast as normal training "
+                f"({pace}, {accuracy}).")
+    elif best["speedup"] > 1 - _NOISE:
+        head = (f"Distribution did not pay off: the fastest strategy, {best['name']}, ran within "
+                f"{100 * _NOISE:.0f}% of normal training ({pace}, {accuracy}).")
+    else:
+        head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best['name']}, ran at "
+                f"{best['speedup']:.2f}x the speed of normal training ({pace}, {accuracy}).")
+    return f"{head} {_why(best, normal)}"
+
+
+def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:
+    """Why the best run went as fast as it did, from the hardware its report recorded where it trained."""
+    cores = best["cpu_cores"]
+    if best["stages"] > 1:
+        shared = f", logical devices sharing the same {cores} CPU cores" if best["shared_cpu"] else ""
+        overlap = ("its micro-batches overlap the stages only in part" if best["micro_batches"] > 1
+                   else "only one stage works at a time")
+        return (f"It split the model's layers over {best['stages']} devices ({', '.join(best['devices'])}{shared}): "
+                f"every step moves activations and their gradients between them, and {overlap}; "
+                "a split pays when the model does not fit one device.")
+    if best["shared_cpu"] and best["workers"] > 1:
+        servers = f" and {best['ps']} parameter server(s)" if best["ps"] else ""
+        return (f"Its {best['workers']} worker processes{servers} shared the same {cores} CPU cores of one machine, "
+                "so they add no compute, while every step pays for gRPC traffic between the processes "
+                "(all-reduce, or pushing updates to the ps); distribution pays with separate machines or GPUs.")
+    if best["shared_cpu"] and best["replicas"] > 1:
+        return (f"Its {best['replicas']} replicas are logical devices carved out of the same "
+                f"{cores} CPU cores, so they add no compute, while every step pays for "
+                "splitting the batch and combining gradients; distribution pays with separate GPUs or machines.")
+    if best["workers"] > 1 and len(best["hosts"]) > 1:
+        return (f"It ran {best['workers']} workers on {len(best['hosts'])} machines ({', '.join(best['hosts'])}), "
+                f"{best['replicas']} replicas in all, each taking part of a {best['global_batch_size']}-example global batch.")
+    if best["replicas"] > normal["replicas"]:
+        return (f"It ran {best['replicas']} replicas on {', '.join(best['devices'])}, each taking "
+                f"1/{best['replicas']} of a {best['global_batch_size']}-example global batch.")
+    return "It ran one replica, so it could only add overhead."
+
+
+def scaling(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each distributed run's measured step cost means with a device per replica.
+
+    A *unit* is what would get hardware of its own: a replica in sync, or a
+    worker of an asynchronous run. Its step (per-replica batch, coordination
+    included) is ``units x per-replica batch / samples/s``. With N units on
+    separate devices each as fast as this machine was for normal training,
+    and the per-step coordination as measured, training would run at
+    ``N x normal step / unit step`` of normal speed. On shared cores the
+    measured step also holds the other replicas' compute, so this errs low.
+    """
+    normal = rows[0]
+    normal_step = normal["global_batch_size"] / normal["replicas"] / normal["samples_per_second"]
+    projections = []
+    for row in rows[1:]:
+        if row["paradigm"] != "data":
+            continue  # a layer split does not scale by adding replicas (see _paradigm_advice)
+        units = row["replicas"] if row["synchronous"] else row["workers"]
+        step = units * row["global_batch_size"] / row["replicas"] / row["samples_per_second"]
+        per_unit = normal_step / step
+        projections.append({
+            "name": row["name"],
+            "unit": "workers" if row["workers"] > 1 else "devices",
+            "units": units,
+            "step_ms": 1000 * step,
+            "normal_step_ms": 1000 * normal_step,
+            "break_even_units": 1 / per_unit,
+            "projected_speedup": {str(n): n * per_unit for n in PROJECTED_DEVICES},
+        })
+    return projections
+
+
+def advice(rows: list[dict[str, Any]], projections: list[dict[str, Any]], support: dict[str, dict]) -> dict[str, str]:
+    """Three answers, from the numbers (and their :func:`scaling`) and the hardware: what to use here,
+    with more devices, and precision."""
+    return {"use": _use_advice(rows), "scale": _scale_advice(projections), "paradigms": _paradigm_advice(rows),
+            "precision": _precision_advice(rows, support)}
+
+
+def _paradigm_advice(rows: list[dict[str, Any]]) -> str:
+    """When data, model and pipeline parallelism each pay, with what these runs held, moved and idled."""
+    split = [row for row in rows if splits_layers(row["paradigm"])]
+    data = [row for row in rows if row["paradigm"] == "data"]
+    when = ("Data parallelism pays when the model fits one device and each replica gets a batch big enough to hide "
+            "the gradient exchange; model parallelism pays only when the model (with its optimizer state) does not "
+            "fit one device, as its stages work one after the other; pipeline parallelism then keeps them busy "
+            "together, the more so the more micro-batches per stage (bubble (S-1)/(M+S-1)), if the link between "
+            "devices carries the activations faster than a stage computes them.")
+    if not split:
+        return (when + " Only data parallelism ran here: add `model_parallel` and `pipeline_parallel` (with "
+                "`train.loop: custom`) to `distributed.strategies` to measure the other two.")
+    parts = []
+    for row in split:
+        bubble = "" if row["bubble"] is None else (
+            f", and its devices idled {row['bubble']:.0%} of a step (theory {row['bubble_theory']:.0%} for "
+            f"{row['stages']} stages and {row['micro_batches']} micro-batch{'es' if row['micro_batches'] > 1 else ''})")
+        parts.append(f"{row['name']} held at most {row['max_params_per_device']:,} parameters on a device and moved "
+                     f"{_kilobytes(row['bytes_per_step'])} of activations per step{bubble}; it ran at "
+                     f"{row['speedup']:.2f}x normal speed")
+    text = when + " Here: " + "; ".join(parts) + "."
+    if data:
+        least = min(data, key=lambda row: row["bytes_per_step"])
+        text += (f" Data parallelism kept all {least['max_params_per_device']:,} parameters on every replica and "
+                 f"moved {_kilobytes(least['bytes_per_step'])} per step at the least ({least['name']}).")
+    if rows[0]["cpu_cores"] <= 2 and all(kind == "CPU" for kind in rows[0]["device_kinds"]):
+        text += (" The devices here are logical CPU devices sharing the same cores, so a split adds per-op "
+                 "overhead and no compute: the measured idle share reflects that overhead more than the schedule.")
+    return text
+
+
+def _kilobytes(count: int) -> str:
+    return f"{count / 1024:,.0f} KiB" if count >= 1024 else f"{count} bytes"
+
+
+def _use_advice(rows: list[dict[str, Any]]) -> str:
+    others = rows[1:]
+    if not others:
+        return "Train without distribution: it is the only run. List strategies under distributed.strategies to compare."
+    best = max(others, key=lambda r: r["speedup"])
+    if best["speedup"] < 1 + _NOISE:
+        return (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
+                f"the closest, {best['name']}, ran at {best['speedup']:.2f}x. Distribution spends time coordinating "
+                f"replicas that, here, share {rows[0]['cpu_cores']} CPU cores instead of adding compute.")
+    text = (f"Use {best['name']}: it trained {best['speedup']:.2f}x as fast as normal training at steady state, "
+            f"with test accuracy {best['accuracy_delta_points']:+.1f} points.")
+    if best["accuracy_delta_points"] < -_ACCURACY_LOSS_POINTS:
+        text += (f" The accuracy it lost comes with its {best['global_batch_size']}-example global batch: try "
+                 "`train.lr_scaling: linear` with `train.warmup_epochs: 1`, or more epochs.")
+    return text
+
+
+def _scale_advice(projections: list[dict[str, Any]]) -> str:
+    if not projections:
+        return "No distributed run was measured, so there is nothing to project."
+    best = min(projections, key=lambda p: p["break_even_units"])
+    n = str(PROJECTED_DEVICES[-1])
+    return (f"Each strategy's step cost is measured against normal training's {best['normal_step_ms']:.2f} ms per "
+            f"step. With a device (or machine) per replica, as fast as this one, the least costly, {best['name']}, "
+            f"would need {best['break_even_units']:.1f} {best['unit']} to match normal training and would run "
+            f"{best['projected_speedup'][n]:.1f}x as fast with {n}. The table below projects every strategy; it "
+            "assumes the per-step coordination stays as measured (true of ring all-reduce, whose traffic per device "
+            "barely grows with the device count) and errs low where replicas shared cores here.")
+
+
+def _precision_advice(rows: list[dict[str, Any]], support: dict[str, dict]) -> str:
+    used = sorted({row["precision"] for row in rows})
+    per_replica_batch = rows[0]["global_batch_size"] // rows[0]["replicas"]
+    # bfloat16 first: it needs no loss scaling, so it works under every strategy.
+    faster = sorted((p for p in MIXED_PRECISIONS if support.get(p, {}).get("can_be_faster")), key=lambda p: p != "mixed_bfloat16")
+    text = ""
+    slow_used = [name for name in used if name != "float32" and name not in faster and name in support]
+    if slow_used:
+        text = (f"These runs used {', '.join(slow_used)}, which no unit here computes faster than float32: "
+                "switch back to float32, it only costs here. ")
+    if faster:
+        choice = faster[0]
+        return text + (
+            f"{choice} can pay off here ({support[choice]['reason']}) once matrix multiplies dominate a step: a "
+            f"per-replica batch well above {per_replica_batch}, or wider layers. At small batches a step is mostly "
+            "per-op overhead and the casts cost about what they save. Measure it side by side: "
+            f"`dvc exp run -S train.precision={choice} -S train.batch_size=256`, then `dvc exp show`."
+            + ("" if choice != "mixed_float16" else
+               " mixed_float16 needs loss scaling, which central_storage and parameter_server do not support.")
+        )
+    if not support:
+        return text + "The train report does not say what this machine's hardware supports; rerun the train stages."
+    reasons = "; ".join(support[name]["reason"] for name in MIXED_PRECISIONS if name in support)
+    return text + (f"Mixed precision would not pay off on this machine: {reasons}. It pays on GPUs with tensor cores "
+                   "(float16 from compute capability 7.0, bfloat16 from 8.0), on TPUs, and on CPUs with AVX512-BF16 "
+                   "or AMX.")

@@ -1,0 +1,93 @@
+"""The compare stage: read every run's reports, compare them, write the report files, log the compare run.
+
+:mod:`tfdist.compare.compute` computes the comparison, :mod:`tfdist.compare.render`
+lays it out; this module joins them with the files DVC tracks and with MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tfdist import atomic, tracking
+from tfdist.compare.compute import NORMAL, build_comparison
+from tfdist.compare.render import plot_figures, render_html, render_markdown
+from tfdist.config import Config
+from tfdist.distribute.registry import check_pipeline
+from tfdist.reports import EvalReport, TrainReport, read_history, read_report
+
+log = logging.getLogger(__name__)
+
+
+#: Per-epoch columns the compare stage gathers from every run for ``dvc plots``.
+CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
+#: What ``dvc exp show`` lists per run (reports/compare/metrics.json): the numbers a decision rests on.
+HEADLINE_METRICS = ("samples_per_second", "speedup", "test_accuracy")
+
+
+def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """Compare normal training with each of ``distributed.strategies`` into ``out_dir``; attach it to the execution's run.
+
+    Writes compare.json (everything), compare.md and compare.html (the same
+    report), figures/, metrics.json (the headline numbers, for ``dvc exp
+    show``) and curves.csv (every run's epochs, for ``dvc plots``).
+
+    Raises:
+        StrategyError: ``distributed.strategies`` names a strategy the pipeline cannot run.
+        InputError: a report is missing or malformed, naming the file.
+    """
+    check_pipeline(config.distributed.strategies)
+    names = [NORMAL, *config.distributed.strategies]
+    train_reports = {n: read_report(train_dir / f"{n}.json", TrainReport) for n in names}
+    eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
+    histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
+    comparison = build_comparison(train_reports, eval_reports)
+    with atomic.atomic_path(out_dir) as tmp:
+        figures = plot_figures(comparison, histories, tmp / "figures")
+        atomic.write_json(tmp / "compare.json", comparison)
+        atomic.write_json(tmp / "metrics.json", {
+            name: {key: round(row[key], 4) for key in HEADLINE_METRICS} for name, row in comparison["runs"].items()
+        })
+        curves = [{"run": name, **row, "epoch": int(row["epoch"])} for name in names for row in histories[name]]
+        atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS))
+        atomic.write_text(tmp / "compare.md", render_markdown(comparison))
+        atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
+        _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
+    log.info("%s", comparison["verdict"])
+    return comparison
+
+
+def _track_comparison(config: Config, comparison: dict, files: list[Path], figures: list[Path]) -> None:
+    """Attach the comparison to the execution's parent run: report files, figures, a few headline numbers.
+
+    Only three metrics, so that MLflow's chart view shows the training runs'
+    curves, not a chart per compared run and number; each run's own numbers
+    are on its run. With registered models, ``@champion`` moves to the best.
+    """
+    experiment_id = tracking.configure(config.mlflow)
+    runs = comparison["runs"]
+    ranked = sorted(runs.values(), key=lambda row: (row["test_accuracy"], row["samples_per_second"]), reverse=True)
+    links = [
+        f"- [{row['run_label']}](#/experiments/{experiment_id}/runs/{row['mlflow_run_id']}): "
+        f"{row['speedup']:.2f}x, test accuracy {row['test_accuracy']:.4f}"
+        for row in runs.values() if row["mlflow_run_id"]
+    ]
+    execution = tracking.execution_id(config)
+    with tracking.reopen(tracking.execution_run(config)):
+        tracking.set_tags({
+            "compared": ",".join(runs), "cpu_count": comparison["cpu_count"],
+            "fastest": max(runs.values(), key=lambda row: row["samples_per_second"])["name"], "best": ranked[0]["name"],
+            "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
+        })
+        tracking.log_metrics({
+            "best_speedup": max(row["speedup"] for row in runs.values()),
+            "best_test_accuracy": ranked[0]["test_accuracy"],
+            "runs_compared": len(runs),
+        })
+        tracking.log_artifacts(files)
+        tracking.log_artifacts(figures, "figures")
+    if config.mlflow.register_models:
+        tracking.set_champion(config.mlflow.registered_model, [row["mlflow_run_id"] for row in ranked if row["mlflow_run_id"]])
+    log.info("MLflow: this execution's training runs are at <UI>/%s (make ui prints the full address)",
+             tracking.runs_page(experiment_id, execution))

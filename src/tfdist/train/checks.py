@@ -1,0 +1,95 @@
+"""What the train stage refuses at start, in one line: params or a cluster a strategy cannot train with.
+
+The facts come from the strategy's record (:mod:`tfdist.distribute.registry`);
+the checks live here, beside the stage that calls them, so that neither the
+registry nor the config has to know the other. Each runs before TensorFlow
+is imported: a bad param fails in well under a second.
+"""
+
+from __future__ import annotations
+
+from tfdist.config import Config
+from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterError, ClusterTask
+from tfdist.distribute.registry import REGISTRY, StrategySpec
+from tfdist.errors import StrategyError
+
+
+def check_config(spec: StrategySpec, config: Config) -> None:
+    """Refuse a combination of params ``spec`` cannot train.
+
+    Raises:
+        StrategyError: see :func:`check_precision`; a ps job under Ray; a loop it does not train
+            with; for a layer split, more devices than layers, XLA, or
+            micro-batches that do not divide the batch.
+    """
+    check_precision(spec, config.train.precision)
+    if config.distributed.launcher == "ray" and spec.multi_process and spec.has_ps:
+        raise StrategyError(
+            f"strategy {spec.name} cannot run under distributed.launcher ray: Ray Train's TensorflowTrainer "
+            "writes a TF_CONFIG of workers only (no chief, no ps); use distributed.launcher local, or start "
+            "its tasks with TF_CONFIG set (docs/cluster.md)"
+        )
+    if config.train.loop not in spec.loops:
+        raise StrategyError(
+            f"strategy {spec.name} needs train.loop {' or '.join(spec.loops)}, not {config.train.loop}: its "
+            "GPipe step (micro-batches, accumulated gradients) replaces Keras's built-in train step; "
+            f"set train.loop: {spec.loops[0]}"
+        )
+    if not spec.splits_layers:
+        return
+    layers = len(config.model.hidden_units) + 1
+    if config.distributed.devices > layers:
+        raise StrategyError(
+            f"distributed.devices {config.distributed.devices} > the {layers} layers of the model "
+            f"(model.hidden_units {config.model.hidden_units} and the output): {spec.name} puts whole layers "
+            "on devices; add hidden layers or lower distributed.devices"
+        )
+    if config.train.jit_compile:
+        raise StrategyError(
+            f"train.jit_compile true: XLA compiles a step for one device, which would undo {spec.name}'s "
+            "placement; set train.jit_compile: false"
+        )
+    if spec.pipelined and config.train.batch_size % config.distributed.micro_batches:
+        raise StrategyError(
+            f"distributed.micro_batches {config.distributed.micro_batches} does not divide train.batch_size "
+            f"{config.train.batch_size}: GPipe cuts each batch into equal micro-batches; pick a divisor"
+        )
+
+
+def check_precision(spec: StrategySpec, precision: str) -> None:
+    """Refuse a precision TensorFlow cannot train under ``spec``.
+
+    Raises:
+        StrategyError: mixed_float16 (which needs loss scaling) under a strategy
+            whose variables are not copied per replica (tf_keras's
+            LossScaleOptimizer refuses CentralStorage and ParameterServer).
+    """
+    if precision == "mixed_float16" and not spec.loss_scaling:
+        able = [name for name, other in REGISTRY.items() if other.loss_scaling]
+        raise StrategyError(
+            f"train.precision mixed_float16 needs loss scaling, which TensorFlow supports only under "
+            f"{', '.join(able)}, not {spec.name}; use mixed_bfloat16 (no loss scaling) or float32"
+        )
+
+
+def check_cluster(task: ClusterTask, spec: StrategySpec) -> None:
+    """Refuse a cluster ``spec`` cannot run on, naming the job that is wrong.
+
+    The strategy's record says which jobs it needs (``cluster_jobs``) and which
+    it refuses (``forbidden_jobs``); no cluster may have an evaluator or more than one chief.
+
+    Raises:
+        ClusterError: naming the job and the fix.
+    """
+    jobs = set(task.cluster)
+    if "evaluator" in jobs:
+        raise ClusterError(f"{TF_CONFIG}: job 'evaluator' is not supported; the evaluate stage evaluates the model")
+    if task.count("chief") > 1:
+        raise ClusterError(f"{TF_CONFIG}: cluster.chief must list one task, got {task.count('chief')}")
+    for job in spec.forbidden_jobs:
+        if job in jobs:
+            raise ClusterError(f"{TF_CONFIG}: {spec.name} takes no {job!r} job; drop cluster.{job} or use another strategy")
+    missing = [" or ".join(choices) for choices in spec.cluster_jobs if not jobs & set(choices)]
+    if missing:
+        needed = ", ".join(" or ".join(choices) for choices in spec.cluster_jobs)
+        raise ClusterError(f"{TF_CONFIG}: {spec.name} needs jobs {needed}; missing {', '.join(missing)}")

@@ -1,0 +1,169 @@
+"""The chief's training run: the phases only the process that writes the outputs has.
+
+Around :class:`tfdist.train.task_run.TrainingRun`'s start, load and fit, the
+chief (or only) process also:
+
+4. :meth:`ChiefRun.open`: points tracking at the store, checked before training so a bad URI fails in seconds;
+5. :meth:`ChiefRun.save`: saves the model, as a float32 copy, atomically (logged and registered per params);
+6. :meth:`ChiefRun.report`: builds the typed train report, with the hardware where training ran.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from tfdist import atomic, tracking
+from tfdist.config import MIXED_PRECISIONS, to_flat_dict
+from tfdist.data.prepared import load_split, splits_digest
+from tfdist.hardware import CpuMeter, Hardware, describe
+from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
+from tfdist.tf_imports import keras, tf
+from tfdist.train.callbacks import Diverged
+from tfdist.train.fit import TrainResult, weights_digest
+from tfdist.train.models import export_copy
+from tfdist.train.precision import HardwareSupport, announce, hardware_support
+from tfdist.train.step_costs import Costs, step_costs
+from tfdist.train.task_run import TrainingRun
+
+log = logging.getLogger(__name__)
+
+
+class ChiefRun(TrainingRun):
+    """A training run that tracks in MLflow, saves the model and reports: the only process, or a cluster's chief."""
+
+    def train(self) -> TrainOutputs:
+        """Track, train, save and report: what the train stage writes."""
+        parent = self.open()
+        support = announce(self.config.train.precision)
+        resumed_run_id = self.backup.run_id
+        with tracking.start_run(self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id,
+                                parent_run_id=parent, system_metrics=True) as run_id:
+            self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
+            if run_id != resumed_run_id:  # a resumed run has its input already
+                self.log_dataset()
+            try:
+                with CpuMeter() as cpu:
+                    result = self.fit([tracking.EpochMetricsLogger()])
+            except Diverged as err:
+                tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
+                raise
+            costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
+            digest = self.save(result)
+            tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)})
+        self.backup.remove()
+        return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)
+
+    def open(self) -> str:
+        """Point tracking at the store (fails in seconds when it is bad); retire backups of changed params.
+
+        Returns the execution's parent run, under which this run nests.
+        """
+        tracking.configure(self.config.mlflow)
+        for backup in self.stale:
+            if backup.run_id and tracking.close_if_running(backup.run_id, "KILLED"):
+                log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
+                         backup.run_id)
+            backup.remove()
+        return tracking.execution_run(self.config)
+
+    @property
+    def title(self) -> str:
+        """The MLflow run name: what differs between runs."""
+        info, train = self.info, self.config.train
+        return run_label(self.name, info.name, info.replicas, info.workers, info.ps, train.loop, train.precision,
+                         train.clip.method, distributes=self.spec.distributes)
+
+    def params(self) -> dict[str, Any]:
+        return {**to_flat_dict(self.config), "strategy": self.info.to_dict(), "tensorflow": tf.__version__,
+                "tf_keras": keras.__version__}
+
+    def tags(self, support: HardwareSupport) -> dict[str, str]:
+        train = self.config.train
+        return {
+            "strategy": self.info.name, "stage": "train", "model_name": self.name,
+            "synchronous": str(self.info.synchronous), "loop": train.loop, "precision": train.precision,
+            "precision.can_be_faster": str(support.can_be_faster), "precision.hardware": support.reason,
+            tracking.EXECUTION_TAG: tracking.execution_id(self.config),
+        }
+
+    def log_dataset(self) -> None:
+        """The prepared data as the run's input, under the sha256 reports/data.json gives (test split included)."""
+        test = load_split(self.paths.prepared, "test")
+        sha256 = splits_digest({"train": self.train_split, "val": self.val_split, "test": test})
+        tracking.log_dataset(self.train_split.x, self.train_split.y, "mnist", sha256,
+                             source=str(self.paths.prepared.resolve()), context="training")
+
+    def save(self, result: TrainResult) -> str:
+        """Save the trained weights as a float32 model (atomically; logged and registered per params); their digest."""
+        model = export_copy(result.model, self.config.model)
+        digest = weights_digest(model)
+        log.info("%s: final weights sha256 %s", self.task.name if self.task else self.name, digest)
+        mlflow = self.config.mlflow
+        with atomic.atomic_path(self.paths.model) as tmp:
+            tracking.save_model(
+                model, tmp, self.train_split.x[:5], log_to_run=mlflow.log_models,
+                register_as=mlflow.registered_model if mlflow.register_models else None,
+                version_tags={"strategy": self.info.name, "run_name": self.name, "loop": self.config.train.loop,
+                              "precision": self.config.train.precision},
+            )
+        return digest
+
+    def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,
+               cpu_percent: float, costs: Costs) -> TrainReport:
+        """The typed train report, with the hardware where training ran."""
+        info, train = self.info, self.config.train
+        return TrainReport(
+            name=self.name, strategy=info.name, paradigm=self.spec.paradigm, strategy_class=info.strategy_class,
+            replicas=info.replicas, devices=list(info.devices), workers=info.workers, ps=info.ps,
+            synchronous=info.synchronous, loop=train.loop, precision=train.precision,
+            precision_can_be_faster=support.can_be_faster,
+            precision_support={p: PrecisionSupport(found.can_be_faster, found.reason)
+                               for p, found in ((p, hardware_support(p)) for p in MIXED_PRECISIONS)},
+            run_label=self.title, clip_method=train.clip.method, clip_value=train.clip.value,
+            global_batch_size=result.global_batch_size, lr_scaling=train.lr_scaling,
+            base_learning_rate=train.learning_rate, learning_rate=result.learning_rate,
+            warmup_steps=result.warmup_steps, epochs=len(result.history), resumed_at_epoch=result.resumed_at_epoch,
+            steps_per_epoch=result.steps_per_epoch, traces=dict(result.traces), train_seconds=result.train_seconds,
+            samples_per_second=result.samples_per_second, steady_epoch_seconds=result.steady_epoch_seconds,
+            first_epoch_overhead_seconds=result.first_epoch_overhead_seconds,
+            steady_samples_per_second=result.steady_samples_per_second, startup_seconds=result.startup_seconds,
+            cpu_percent=cpu_percent, **asdict(costs), **result.final(), weights_sha256=digest, mlflow_run_id=run_id,
+            tensorflow=tf.__version__,
+            hardware=detect_hardware(self.task.hosts if self.task else None),
+        )
+
+
+
+def cost_metrics(costs: Costs) -> dict[str, float]:
+    """A step's costs as MLflow metrics (the bubble only where the model is split)."""
+    metrics = {"bytes_per_step": costs.bytes_per_step, "max_params_per_device": max(costs.params_per_device)}
+    if costs.bubble is not None:
+        metrics.update(bubble=costs.bubble, bubble_theory=costs.bubble_theory)
+    return metrics
+
+
+def summary_metrics(result: TrainResult) -> dict[str, float]:
+    """The run's step-less MLflow metrics: time, throughput, steady state, traces."""
+    return {
+        "train_seconds": result.train_seconds,
+        "samples_per_second": result.samples_per_second,
+        "global_batch_size": result.global_batch_size,
+        "effective_learning_rate": result.learning_rate,
+        "warmup_steps": result.warmup_steps,
+        "resumed_at_epoch": result.resumed_at_epoch,
+        "steady_epoch_seconds": result.steady_epoch_seconds,
+        "first_epoch_overhead_seconds": result.first_epoch_overhead_seconds,
+        "steady_samples_per_second": result.steady_samples_per_second,
+        **({"startup_seconds": result.startup_seconds} if result.startup_seconds is not None else {}),
+        **{f"{kind}_function_traces": count for kind, count in result.traces.items()},
+    }
+
+
+def detect_hardware(cluster_hosts: list[str] | None) -> Hardware:
+    """This process's devices as TensorFlow sees them; ``cluster_hosts``: its cluster spec's hosts, if any."""
+    gpus = tf.config.list_physical_devices("GPU")
+    kinds = ["TPU"] if tf.config.list_logical_devices("TPU") else ["GPU"] if gpus else ["CPU"]
+    models = [tf.config.experimental.get_device_details(gpu).get("device_name", "GPU") for gpu in gpus]
+    return describe(kinds, models, cluster_hosts)

@@ -1,0 +1,239 @@
+"""Train the seed model under a strategy with Keras ``fit``, timed per epoch.
+
+The loop reports through Keras callbacks only: tracking (MLflow) plugs in as
+one, and tests run without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tfdist.config import Config, TrainConfig
+from tfdist.data.prepared import Digits
+from tfdist.distribute.builders import StrategyInfo
+from tfdist.distribute.registry import StrategySpec
+from tfdist.errors import InputError
+from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
+from tfdist.tf_imports import keras, tf
+from tfdist.tf_private import tracing_count
+from tfdist.train import precision
+from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
+from tfdist.train.input_pipeline import make_dataset, make_worker_dataset_fn
+from tfdist.train.models import build_model, compile_model, trained_weights
+from tfdist.train.resume import RunBackup, restored_history
+from tfdist.train.resume_callbacks import resume_callbacks
+
+
+@dataclass
+class TrainResult:
+    """A trained model and what it cost.
+
+    Attributes:
+        model: the trained Keras model (its variables belong to the strategy).
+        history: one dict per epoch with :data:`EPOCH_COLUMNS` (and, for the
+            custom loop, :data:`CUSTOM_LOOP_COLUMNS`).
+        global_batch_size: examples per step across all replicas.
+        learning_rate: the effective learning rate, after scaling (and warm-up).
+        warmup_steps: steps of linear warm-up before ``learning_rate`` is reached.
+        steps_per_epoch: optimizer steps per epoch.
+        traces: times each step function was traced (``train``, ``test``); a
+            fixed batch shape keeps ``train`` at 1.
+        train_seconds: wall time of ``fit`` (training and validation); for a
+            resumed run, plus the training time of the restored epochs.
+        samples_per_second: training examples per second of training time.
+        resumed_at_epoch: epochs restored from a backup (0: trained from scratch).
+        steady_epoch_seconds: median training time of the epochs after the first
+            (the first also traces the step functions), or of the only epoch.
+        first_epoch_overhead_seconds: how much longer the first epoch took than that.
+        steady_samples_per_second: training examples per second at steady state.
+        startup_seconds: from the process's start to the beginning of ``fit``
+            (imports, strategy, data, tracking), or None where unknown.
+    """
+
+    model: keras.Model
+    history: list[dict[str, float]]
+    global_batch_size: int
+    learning_rate: float
+    warmup_steps: int
+    steps_per_epoch: int
+    traces: dict[str, int]
+    train_seconds: float
+    samples_per_second: float
+    resumed_at_epoch: int = 0
+    steady_epoch_seconds: float = 0.0
+    first_epoch_overhead_seconds: float = 0.0
+    steady_samples_per_second: float = 0.0
+    startup_seconds: float | None = None
+
+    def final(self) -> dict[str, float]:
+        """The last epoch's loss/accuracy and val_loss/val_accuracy."""
+        last = self.history[-1]
+        return {key: last[key] for key in ("loss", "accuracy", "val_loss", "val_accuracy")}
+
+
+def effective_learning_rate(config: TrainConfig, global_batch_size: int) -> float:
+    """``learning_rate``, times global batch / per-replica batch under ``lr_scaling: linear``."""
+    if config.lr_scaling == "linear":
+        return config.learning_rate * global_batch_size / config.batch_size
+    return config.learning_rate
+
+
+def train_model(
+    config: Config,
+    spec: StrategySpec,
+    strategy: tf.distribute.Strategy,
+    info: StrategyInfo,
+    train: Digits,
+    val: Digits,
+    callbacks: list[keras.callbacks.Callback] | tuple = (),
+    backup: RunBackup | None = None,
+    record_backup: bool = True,
+) -> TrainResult:
+    """Build, compile and ``fit`` the seed model under ``strategy``, the one ``spec`` records (``info``: what it resolved to).
+
+    ``train.batch_size`` is per replica, so the global batch grows with the
+    replicas, as the keras-io distributed guide does. Under ParameterServer a
+    step is one worker's batch (its replicas in sync, one on a CPU worker) and
+    the workers take steps concurrently: an epoch is still one pass over the
+    data, split into steps that whichever worker is free runs.
+
+    With ``backup``, the run backs up every epoch and resumes from that
+    backup if it holds finished epochs; ``record_backup`` (the chief) also
+    keeps the history there, and the returned history then covers every
+    epoch, restored ones included.
+
+    Raises:
+        InputError: the training split is smaller than one global batch.
+        Diverged: the loss became NaN or infinite.
+    """
+    plan = FitPlan.of(config, spec, info, len(train), len(val))
+    keras.utils.set_random_seed(config.seed)
+    model = build_compiled(config, strategy, plan)
+    timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
+    resume, initial_epoch = (resume_callbacks(backup, spec.backup, model, record_backup)
+                             if backup else ([], 0))
+    started = time.perf_counter()
+    fit = model.fit(
+        plan.train_input(train, config.seed),
+        validation_data=make_dataset(val, plan.val_batch, shuffle=False, seed=config.seed) if len(val) else None,
+        epochs=config.train.epochs,
+        initial_epoch=initial_epoch,
+        steps_per_epoch=plan.steps if plan.asynchronous else None,
+        callbacks=[startup, timer, DivergenceGuard(), *callbacks, *resume],
+        verbose=2,
+    )
+    seconds = time.perf_counter() - started
+    history = _epochs(fit.history, fit.epoch)
+    resumed_at = history[0]["epoch"] - 1 if history else config.train.epochs
+    restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
+    seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
+    return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds)
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """Batch sizes, steps and learning rate of one ``fit``, decided before the model is built.
+
+    Attributes:
+        global_batch: examples per step across the replicas in sync.
+        steps: optimizer steps per epoch.
+        learning_rate: after ``train.lr_scaling``.
+        warmup_steps: steps of linear warm-up (0: none).
+        asynchronous: ParameterServer training (per-worker datasets, a step count per epoch).
+        val_batch: the validation batch size.
+        shards: validation shards for ParameterServer's exact evaluation (0: not sharded).
+        stage_devices: the devices the model's layers are split over (model and
+            pipeline parallelism; empty: the strategy places the model).
+        micro_batches: pieces each step's batch is cut into (1: whole).
+        pipelined: the model runs GPipe's step over the micro-batches (pipeline parallelism).
+    """
+
+    global_batch: int
+    steps: int
+    learning_rate: float
+    warmup_steps: int
+    asynchronous: bool
+    val_batch: int
+    shards: int
+    stage_devices: tuple[str, ...] = ()
+    micro_batches: int = 1
+    pipelined: bool = False
+
+    @classmethod
+    def of(cls, config: Config, spec: StrategySpec, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
+        global_batch = config.train.batch_size * info.replicas
+        steps = train_size // global_batch
+        if steps == 0:
+            raise InputError(
+                f"train.batch_size {config.train.batch_size} x {info.replicas} replicas = {global_batch} "
+                f"exceeds the {train_size} training digits; lower train.batch_size"
+            )
+        asynchronous = not info.synchronous
+        val_batch, shards = global_batch, 0
+        if asynchronous and val_size:
+            # Exact validation under ParameterServer: the workers evaluate whole shards of
+            # the validation batches (tf_keras's "auto" is 5 per worker), so there must be
+            # at least one batch per shard; the batch size does not change the metrics.
+            shards = min(5 * info.workers, val_size)
+            val_batch = min(global_batch, val_size // shards)
+        return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
+                   round(config.train.warmup_epochs * steps), asynchronous, val_batch, shards,
+                   stage_devices=tuple(info.devices) if spec.splits_layers else (),
+                   micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined)
+
+    def schedule(self) -> float | LinearWarmup:
+        return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
+
+    def train_input(self, train: Digits, seed: int) -> Any:
+        """A dataset, or under ParameterServer a per-worker dataset creator."""
+        if self.asynchronous:
+            return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed))
+        return make_dataset(train, self.global_batch, shuffle=True, seed=seed)
+
+    def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
+               startup_seconds: float | None) -> TrainResult:
+        """What the fit gave and cost, with throughput from the epochs' training time."""
+        steady, first_overhead = steady_state(history)
+        samples = self.steps * self.global_batch
+        return TrainResult(
+            model=model, history=history, global_batch_size=self.global_batch, learning_rate=self.learning_rate,
+            warmup_steps=self.warmup_steps, steps_per_epoch=self.steps,
+            traces={"train": tracing_count(getattr(model, "train_function", None)),
+                    "test": tracing_count(getattr(model, "test_function", None))},
+            train_seconds=seconds,
+            samples_per_second=samples * len(history) / sum(row["epoch_seconds"] for row in history),
+            resumed_at_epoch=resumed_at, steady_epoch_seconds=steady, first_epoch_overhead_seconds=first_overhead,
+            steady_samples_per_second=samples / steady, startup_seconds=startup_seconds,
+        )
+
+
+def build_compiled(config: Config, strategy: tf.distribute.Strategy, plan: FitPlan) -> keras.Model:
+    """The seed model for ``train.loop``, built and compiled under the precision policy and ``strategy.scope()``."""
+    with precision.policy(config.train.precision), strategy.scope():
+        model = build_model(config.model, config.train.loop, list(plan.stage_devices) or None, plan.micro_batches,
+                            plan.pipelined)
+        compile_model(model, config.train, plan.schedule(),
+                      **({"pss_evaluation_shards": plan.shards} if plan.shards else {}))
+    return model
+
+
+def _epochs(history: dict[str, list[float]], epochs: list[int]) -> list[dict[str, float]]:
+    rows = []
+    for i, epoch in enumerate(epochs):
+        row = {"epoch": epoch + 1}
+        row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] + CUSTOM_LOOP_COLUMNS if key in history})
+        rows.append(row)
+    return rows
+
+
+def weights_digest(model: keras.Model) -> str:
+    """SHA-256 of the model's weights: equal digests mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for array in trained_weights(model):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,253 @@
+"""The seed model, as Keras's Sequential (``train.loop: fit``) or as a subclassed
+model with its own train and test steps (``train.loop: custom``).
+
+Both have the same layers in the same order, so their weights are
+interchangeable: whatever trained it, the saved model is the Sequential one.
+The last layer always computes in float32, so that under a mixed-precision
+policy the softmax and the loss stay accurate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfdist.config import ClipConfig, ModelConfig, TrainConfig
+from tfdist.data.prepared import CLASSES, PIXELS
+from tfdist.distribute.placement import place
+from tfdist.tf_imports import keras, tf
+from tfdist.tf_private import create_optimizer_slots, untracked
+from tfdist.train.precision import policy
+
+#: Each optimizer twice: tf_keras's original ("legacy") one, whose update is one fused
+#: kernel per variable (``ResourceApplyAdam``...), and the newer one, a dozen small ops per
+#: variable. At batch 25 a step is bound by per-op overhead, so the fused one trains about
+#: 20 % more samples/s (docs/performance.md) and is used, with the same algorithm and
+#: arguments, unless gradients are clipped: the original optimizers refuse clipping under
+#: CentralStorage and ParameterServer, the newer ones clip under every strategy.
+_OPTIMIZERS = {
+    "adam": (keras.optimizers.legacy.Adam, keras.optimizers.Adam),
+    "sgd": (keras.optimizers.legacy.SGD, keras.optimizers.SGD),
+    "rmsprop": (keras.optimizers.legacy.RMSprop, keras.optimizers.RMSprop),
+}
+
+
+def build_seed_model(config: ModelConfig, devices: list[str] | None = None) -> keras.Model:
+    """784 -> Dense(relu) per ``hidden_units`` -> Dropout -> Dense(10, softmax).
+
+    Call inside ``strategy.scope()`` so the variables are created by the strategy.
+    With ``devices``, the layers are split over them (model parallelism).
+    """
+    dense, dropout = _layers(config, devices)
+    return keras.Sequential([keras.Input(shape=(PIXELS,), name="pixels"), *dense[:-1], dropout, dense[-1]],
+                            name="seed_mlp")
+
+
+def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None, micro_batches: int = 1,
+                pipelined: bool = False) -> keras.Model:
+    """The seed model for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``.
+
+    ``devices`` splits its layers over them; ``pipelined`` (with ``devices``)
+    makes it a :class:`PipelineClassifier` cutting each batch into ``micro_batches``.
+    """
+    if loop == "custom":
+        model = PipelineClassifier(config, devices, micro_batches) if pipelined else DigitClassifier(config, devices)
+        model.build((None, PIXELS))
+        return model
+    return build_seed_model(config, devices)
+
+
+def _layers(config: ModelConfig, devices: list[str] | None) -> tuple[list[keras.layers.Layer], keras.layers.Layer]:
+    """The Dense layers (the output last) and the Dropout, placed on ``devices`` if given."""
+    dense = [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units), _output_layer()]
+    dropout = keras.layers.Dropout(config.dropout)
+    return place(dense, dropout, devices) if devices else (dense, dropout)
+
+
+def _output_layer() -> keras.layers.Layer:
+    return keras.layers.Dense(CLASSES, activation="softmax", dtype="float32", name="probabilities")
+
+
+class MaxMetric(keras.metrics.Metric):
+    """The largest value seen since the last reset.
+
+    Under several replicas it reports the first replica's maximum: TensorFlow
+    has no MAX aggregation for per-replica metric variables.
+    """
+
+    def __init__(self, name: str, **kwargs: Any):
+        super().__init__(name=name, **kwargs)
+        self.maximum = self.add_weight(
+            name="maximum", initializer="zeros", aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
+
+    def update_state(self, value: tf.Tensor, sample_weight: Any = None) -> None:
+        self.maximum.assign(tf.maximum(self.maximum, tf.cast(value, self.dtype)))
+
+    def result(self) -> tf.Tensor:
+        return tf.identity(self.maximum)
+
+
+class DigitClassifier(keras.Model):
+    """The seed MLP, subclassed: ``call`` drives Dropout, and the steps are its own.
+
+    ``train_step`` follows the custom-training-loop recipe: forward pass under a
+    ``GradientTape``, loss scaled and gradients unscaled when the optimizer is a
+    LossScaleOptimizer (mixed_float16), then ``apply_gradients``, where the
+    optimizer combines the replicas' gradients, clips them (``train.clip``) and,
+    under loss scaling, skips a step whose gradients are not finite. Each step
+    also measures the gradients' global norm before clipping (this replica's,
+    unscaled), reported per epoch as ``gradient_norm`` (mean) and
+    ``gradient_norm_max``, so ``train.clip.value`` can be chosen from data;
+    ``nonfinite_steps`` counts steps whose gradients held inf or NaN.
+    """
+
+    def __init__(self, config: ModelConfig, devices: list[str] | None = None, **kwargs: Any):
+        super().__init__(name="digit_classifier", **kwargs)
+        dense, self.dropout = _layers(config, devices)
+        self.hidden, self.classifier = dense[:-1], dense[-1]
+        self._hold_untracked((
+            keras.metrics.Mean(name="gradient_norm"),
+            MaxMetric(name="gradient_norm_max"),
+            keras.metrics.Sum(name="nonfinite_steps"),
+        ))
+
+    @untracked
+    def _hold_untracked(self, step_metrics: tuple) -> None:
+        # Listed by `metrics` rather than tracked: tracked metrics would count among
+        # the model's weights, and ParameterServer's exact evaluation refuses models
+        # carrying metrics of their own.
+        self._step_metrics = step_metrics
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        """Keras's metrics (loss, compiled ones) and the train step's own; Keras resets them every epoch."""
+        return [*super().metrics, *self._step_metrics]
+
+    def call(self, inputs: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = inputs
+        for layer in self.hidden:
+            x = layer(x)
+        return self.classifier(self.dropout(x, training=training))
+
+    def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        x, y = data
+        scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+        with tf.GradientTape() as tape:
+            predictions = self(x, training=True)
+            loss = self.compute_loss(x, y, predictions)
+            scaled_loss = self.optimizer.get_scaled_loss(loss) if scaling else loss
+        variables = self.trainable_variables
+        gradients = tape.gradient(scaled_loss, variables)
+        if scaling:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        self.apply_and_measure(gradients, variables)
+        return self.compute_metrics(x, y, predictions, sample_weight=None)
+
+    def apply_and_measure(self, gradients: list[tf.Tensor], variables: list[tf.Variable]) -> None:
+        """Apply unscaled ``gradients``, recording their global norm and whether it was finite."""
+        norm = tf.linalg.global_norm(gradients)
+        finite = tf.math.is_finite(norm)
+        self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        mean_norm, max_norm, nonfinite = self._step_metrics
+        mean_norm.update_state(tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32))
+        max_norm.update_state(tf.where(finite, norm, 0.0))
+        nonfinite.update_state(1.0 - tf.cast(finite, tf.float32))
+
+    def test_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        x, y = data
+        predictions = self(x, training=False)
+        self.compute_loss(x, y, predictions)
+        self.compute_metrics(x, y, predictions, sample_weight=None)
+        return {m.name: m.result() for m in self.metrics if m not in self._step_metrics}
+
+
+class PipelineClassifier(DigitClassifier):
+    """The seed MLP split into stages on devices, trained GPipe style (pipeline parallelism).
+
+    Each global batch is cut into ``micro_batches`` equal pieces. For each, a
+    forward and a backward pass; the gradients add up, and one optimizer step
+    applies them (synchronous: the same update as the whole batch's). The
+    micro-batch loop is unrolled in one traced function, and a micro-batch's
+    stage-1 ops do not depend on the previous one's stage-2 ops, so
+    TensorFlow's executor runs stage 1 of micro-batch i+1 while stage 2 works
+    on micro-batch i: the pipeline. What stays idle while it fills and drains
+    is the bubble, (S-1)/(M+S-1) of the time for S stages and M micro-batches.
+    """
+
+    def __init__(self, config: ModelConfig, devices: list[str] | None, micro_batches: int, **kwargs: Any):
+        super().__init__(config, devices, **kwargs)
+        self.micro_batches = micro_batches
+
+    def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        x, y = data
+        scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+        variables = self.trainable_variables
+        accumulated: list[tf.Tensor] | None = None
+        predictions = []
+        for piece_x, piece_y in zip(tf.split(x, self.micro_batches), tf.split(y, self.micro_batches), strict=True):
+            with tf.GradientTape() as tape:
+                piece = self(piece_x, training=True)
+                # The mean over a micro-batch over M: the pieces add up to the batch's mean loss.
+                loss = self.compute_loss(piece_x, piece_y, piece) / self.micro_batches
+                scaled_loss = self.optimizer.get_scaled_loss(loss) if scaling else loss
+            gradients = tape.gradient(scaled_loss, variables)
+            accumulated = gradients if accumulated is None else [a + g for a, g in zip(accumulated, gradients, strict=True)]
+            predictions.append(piece)
+        if scaling:
+            accumulated = self.optimizer.get_unscaled_gradients(accumulated)
+        self.apply_and_measure(accumulated, variables)
+        return self.compute_metrics(x, y, tf.concat(predictions, axis=0), sample_weight=None)
+
+
+def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, **options: Any) -> None:
+    """Attach optimizer, loss and accuracy; also inside ``strategy.scope()``.
+
+    ``learning_rate`` is a float or a Keras learning-rate schedule; ``options``
+    go to ``compile`` as they are (e.g. ``pss_evaluation_shards``). Clipping is
+    the optimizer's own, so both loops clip the same way: after the replicas'
+    gradients are combined and, under loss scaling, unscaled. Under a
+    mixed_float16 policy ``compile`` wraps the optimizer in a LossScaleOptimizer.
+    """
+    fused, general = _OPTIMIZERS[config.optimizer]
+    optimizer = (fused if config.clip.method == "none" else general)(learning_rate=learning_rate,
+                                                                     **clip_options(config.clip))
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        steps_per_execution=config.steps_per_execution,
+        jit_compile=config.jit_compile,
+        **options,
+    )
+    # Create the optimizer's slots now: created inside the first step instead,
+    # they make tf.function trace the step twice for one input signature.
+    create_optimizer_slots(model.optimizer, model.trainable_variables)
+
+
+def clip_options(clip: ClipConfig) -> dict[str, float]:
+    """Optimizer arguments for ``train.clip``: Keras clips with exactly the three tf ops."""
+    argument = {"global_norm": "global_clipnorm", "norm": "clipnorm", "value": "clipvalue"}.get(clip.method)
+    return {argument: clip.value} if argument else {}
+
+
+def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
+    """The trained weights in a fresh model built outside any strategy.
+
+    What gets saved and evaluated: it loads anywhere, and predicting with it
+    needs no other worker (under MultiWorkerMirrored, ``predict`` on the
+    distributed model is a collective every worker must join). Built in
+    float32 whatever the training precision: the variables were float32 anyway.
+    """
+    with policy("float32"):
+        copy = build_seed_model(config)
+    copy.set_weights(trained_weights(model))
+    return copy
+
+
+def trained_weights(model: keras.Model) -> list[Any]:
+    """The learned parameters as arrays, in layer order, the same for both loops.
+
+    Not ``get_weights()``: a subclassed model also counts the state of the
+    metrics it holds as attributes (gradient norms) among its weights.
+    """
+    return [variable.numpy() for variable in model.trainable_weights]

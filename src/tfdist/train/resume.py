@@ -1,0 +1,119 @@
+"""Resume a training run after a crash: a backup folder per run, keyed by what it trains.
+
+Each train stage run backs up its state every epoch into
+``<backups>/<name>/<key>/``, where ``key`` hashes everything that decides the
+result (params, strategy, prepared data). The folder lives outside the stage's
+DVC outputs, so ``dvc repro`` does not delete it before rerunning the stage.
+Run again with the same key, the stage resumes from the last finished epoch
+and continues the same MLflow run; with another key (params changed) it starts
+fresh, and the folders of other keys are retired (their runs closed). The
+folder is removed once the stage's outputs are written.
+
+What is backed up:
+
+* the model and optimizer: tf_keras ``BackupAndRestore`` where it supports
+  the strategy (none, Mirrored, MultiWorkerMirrored, ParameterServer),
+  otherwise (OneDevice, CentralStorage) a ``tf.train.CheckpointManager``
+  checkpoint plus ``initial_epoch``;
+* ``state.json``: the MLflow run id and the per-epoch history so far, written
+  before the model backup of the same epoch, so a history row is never missing
+  for a restored epoch (extra rows are dropped on restore).
+
+This module keeps the folders and imports no TensorFlow, so a launcher can read
+a backup cheaply; the callbacks that fill them are in :mod:`tfdist.train.fit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfdist import atomic
+from tfdist.config import Config, identifying_params
+
+log = logging.getLogger(__name__)
+
+
+
+def run_key(config: Config, strategy: str, data_files: Iterable[Path]) -> str:
+    """A short hash of what decides a run's result: the params, the strategy, the data bytes.
+
+    The MLflow store and experiment are in it too: the backup names a run of that
+    store. Knobs of role ``operational`` are left out (see :data:`tfdist.config.ROLES`).
+    """
+    params = identifying_params(config)
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"config": params, "strategy": strategy}, sort_keys=True).encode())
+    for path in sorted(data_files):
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class RunBackup:
+    """The backup folder of one run (name + key) and its ``state.json``."""
+
+    folder: Path
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_file(self) -> Path:
+        return self.folder / "state.json"
+
+    @property
+    def run_id(self) -> str | None:
+        return self.state.get("mlflow_run_id")
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        return list(self.state.get("history", []))
+
+    def load(self) -> RunBackup:
+        try:
+            self.state = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            self.state = {}
+        except (OSError, json.JSONDecodeError) as err:
+            log.warning("ignoring unreadable backup state %s (%s)", self.state_file, err)
+            self.state = {}
+        return self
+
+    def save(self, **values: Any) -> None:
+        self.state.update(values)
+        atomic.write_json(self.state_file, self.state)
+
+    def record_epoch(self, row: dict[str, float]) -> None:
+        """Keep ``row`` (one epoch's numbers), replacing any earlier row of the same epoch."""
+        rows = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
+        self.save(history=sorted(rows, key=lambda r: r["epoch"]))
+
+    def remove(self) -> None:
+        """Delete this backup, and the run name's folder if nothing else is left in it."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.folder.parent.rmdir()
+
+
+def backups_of(root: Path, name: str) -> list[RunBackup]:
+    """Every backup of run ``name``, whatever its key."""
+    return [RunBackup(folder).load() for folder in sorted((root / name).glob("*")) if folder.is_dir()]
+
+
+def open_backup(root: Path, name: str, key: str) -> tuple[RunBackup, list[RunBackup]]:
+    """The backup of run ``name`` with ``key``, and the stale backups of the same name (other keys)."""
+    return RunBackup(root / name / key).load(), [b for b in backups_of(root, name) if b.folder.name != key]
+
+
+def restored_history(backup: RunBackup, first_new_epoch: int) -> list[dict[str, float]]:
+    """The backed-up rows of the epochs before ``first_new_epoch`` (1-based)."""
+    return [row for row in backup.history if row["epoch"] < first_new_epoch]

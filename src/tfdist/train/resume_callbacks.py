@@ -1,0 +1,92 @@
+"""The Keras callbacks that fill a run's backup every epoch and resume from it.
+
+The folders and their ``state.json`` are :mod:`tfdist.train.resume`'s (no
+TensorFlow there, so a launcher reads them cheaply); these callbacks write the
+model and optimizer into them: tf_keras ``BackupAndRestore`` where it supports
+the strategy, else a ``tf.train.CheckpointManager`` checkpoint and ``initial_epoch``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tfdist.tf_imports import keras, tf
+from tfdist.train.resume import RunBackup
+
+#: Resume messages keep the name of the feature users look for in the log.
+resume_log = logging.getLogger("tfdist.train.resume")
+
+
+def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> tuple[list[Any], int]:
+    """Callbacks that back the run up every epoch, and the epoch ``fit`` starts from.
+
+    Args:
+        backup: where to back up.
+        kind: the strategy's backup mechanism (:attr:`tfdist.distribute.registry.StrategySpec.backup`):
+            ``keras`` for tf_keras ``BackupAndRestore``, ``checkpoint`` for a plain checkpoint.
+        model: the compiled model (for the plain checkpoint).
+        record: whether this process writes ``state.json`` (the chief).
+
+    Returns:
+        The callbacks to pass to ``fit`` *last* (after the ones that complete an
+        epoch's logs), and ``initial_epoch`` for ``fit``.
+    """
+    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder)]
+    if record:
+        callbacks.append(_HistoryRecorder(backup))
+    keras_dir = backup.folder / "keras"
+    if kind == "keras":
+        callbacks.append(keras.callbacks.BackupAndRestore(str(keras_dir), save_freq="epoch", delete_checkpoint=False))
+        return callbacks, 0
+    checkpoint = _EpochCheckpoint(model, keras_dir)
+    callbacks.append(checkpoint)
+    return callbacks, checkpoint.restore()
+
+
+class _ResumeAnnouncer(keras.callbacks.Callback):
+    """Says once, at the first epoch, whether and from where the run resumes."""
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+        self.first_epoch: int | None = None
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+            if epoch:
+                resume_log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
+                         self.folder, epoch, epoch + 1)
+
+
+class _HistoryRecorder(keras.callbacks.Callback):
+    """Writes each epoch's logs to ``state.json`` before the model backup of that epoch."""
+
+    def __init__(self, backup: RunBackup):
+        super().__init__()
+        self.backup = backup
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.backup.record_epoch({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
+
+
+class _EpochCheckpoint(keras.callbacks.Callback):
+    """Model, optimizer and epoch in a ``tf.train.Checkpoint``, for strategies BackupAndRestore refuses."""
+
+    def __init__(self, model: Any, folder: Path):
+        super().__init__()
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=self.epoch)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(folder), max_to_keep=1)
+
+    def restore(self) -> int:
+        """Restore the latest checkpoint if there is one; return the epochs it had finished."""
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        return int(self.epoch.numpy())
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch.assign(epoch + 1)
+        self.manager.save()

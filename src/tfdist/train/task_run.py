@@ -1,0 +1,124 @@
+"""One training run in this process, as an outer loop of phases around ``fit``.
+
+In the spirit of orbit's Controller: the step (Keras's, or the custom loop's
+``train_step``) is :mod:`tfdist.train.fit`'s; this object owns everything
+around it, one method per phase, each testable on its own:
+
+1. :meth:`TrainingRun.start`: build the strategy, first thing (logical devices freeze after the first op);
+2. :meth:`TrainingRun.load`: the prepared splits and this run's backup (resume after a crash);
+3. :meth:`TrainingRun.fit`: train, backing up every epoch;
+
+and, in the chief (or only) process, :class:`tfdist.train.chief_run.ChiefRun` adds
+tracking, saving and the report. Another worker of a cluster trains and leaves
+a record in a scratch folder; it never imports MLflow (seconds of CPU a worker
+would take from its peers at start-up).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+from tfdist import atomic
+from tfdist.cluster.launcher import SCRATCH_ENV
+from tfdist.cluster.peer_loss import peers_watched
+from tfdist.cluster.rendezvous import wait_for_peers
+from tfdist.config import Config
+from tfdist.data.prepared import Digits, load_split
+from tfdist.distribute.builders import StrategyInfo, build_strategy
+from tfdist.distribute.cluster_spec import ClusterTask
+from tfdist.distribute.registry import StrategySpec
+from tfdist.reports import RunPaths, TrainOutputs
+from tfdist.tf_imports import keras, tf
+from tfdist.tf_private import configure_collective_coordination
+from tfdist.train.fit import TrainResult, train_model, weights_digest
+from tfdist.train.resume import RunBackup, open_backup, run_key
+
+log = logging.getLogger(__name__)
+
+
+class TrainingRun:
+    """Train model ``name`` with strategy ``spec`` in this process, alone or as cluster task ``task``."""
+
+    def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None = None):
+        self.config, self.spec, self.name, self.paths, self.task = config, spec, name, paths, task
+        self.strategy: tf.distribute.Strategy | None = None
+        self.info: StrategyInfo | None = None
+        self.train_split: Digits | None = None
+        self.val_split: Digits | None = None
+        self.backup: RunBackup | None = None
+        self.stale: list[RunBackup] = []
+        self.key = ""
+
+    def run(self) -> TrainOutputs | None:
+        """Every phase in order: the outputs for the chief (:class:`tfdist.train.chief_run.ChiefRun`), None for a worker."""
+        self.start()
+        self.load()
+        return self.train()
+
+    def start(self) -> None:
+        """Build the strategy, before any TensorFlow op runs; in a cluster, once every peer is up."""
+        distributed = self.config.distributed
+        if self.task is None:
+            self.strategy, self.info = build_strategy(self.spec, distributed.devices, None, distributed.all_reduce)
+            return
+        wait_for_peers(self.task, distributed.connect_timeout)
+        if not (self.spec.multi_process and self.spec.synchronous):
+            self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
+            return
+        # Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
+        # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults meanwhile (the process ends
+        # at once; no run is open yet). Joining also installs TensorFlow's SIGTERM preemption
+        # notifier, which would swallow the signal: the stage's handlers are put back after it, so a
+        # stop while training unwinds (the run ends KILLED) and the peers report it lost.
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_DFL)
+        terminate = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        configure_collective_coordination(dict(self.task.cluster), distributed.heartbeat_timeout)
+        self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, terminate)
+
+    def load(self) -> None:
+        """The training and validation splits, and this run's backup (plus stale ones under other params)."""
+        prepared = self.paths.prepared
+        self.train_split, self.val_split = load_split(prepared, "train"), load_split(prepared, "val")
+        self.key = run_key(self.config, self.spec.name, [prepared / "train.npz", prepared / "val.npz"])
+        self.backup, self.stale = open_backup(self.paths.backups, self.name, self.key)
+
+    def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
+        """Train, backing up every epoch (and resuming from the backup when it holds epochs).
+
+        Raises:
+            RunError: a peer of this cluster task was lost, named in one line (:mod:`tfdist.cluster.peer_loss`).
+        """
+        assert self.strategy is not None and self.info is not None, "start() first"
+        with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
+            return train_model(self.config, self.spec, self.strategy, self.info, self.train_split, self.val_split, callbacks,
+                               self.backup, record_backup)
+
+    def train(self) -> TrainOutputs | None:
+        """A non-chief worker: train (the collectives need it), keep a record outside the stage outputs."""
+        result = self.fit(record_backup=False)
+        digest = weights_digest(result.model)
+        root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
+        path = Path(root) / self.name / f"{self.task.name}.json"
+        atomic.write_json(path, {"task": self.task.name, "weights_sha256": digest, "history": result.history})
+        log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)
+
+
+def serve(task: ClusterTask) -> None:
+    """Run this process as a server task (a parameter_server worker or ps) until it is stopped.
+
+    The chief sends these tasks their work; they never finish on their own (a
+    TFJob ends when its chief succeeds; the local launcher stops them).
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # nothing to save: die at once when stopped
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,
+        protocol="grpc", start=True,
+    )
+    log.info("%s serving on %s for the chief", task.name, task.cluster[task.task_type][task.task_index])
+    server.join()

@@ -1,0 +1,209 @@
+"""Every user mistake gets exit 2, one line on stderr naming the key or file, and touches no output.
+
+Table-driven: each row is a stage, its arguments, what to break first, and a
+fragment the one error line must contain.
+"""
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from stages import evaluate, preprocess, train
+
+from helpers.project import tiny_params
+
+
+def set_(*items):
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def write_npz(path, **arrays):
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def break_split(field, value):
+    def breaker(workdir):
+        path = workdir / "data" / "prepared" / "train.npz"
+        with np.load(path) as npz:
+            arrays = {"x": npz["x"], "y": npz["y"]}
+        if field == "x_shape":
+            arrays["x"] = arrays["x"][:, :10]
+        elif field == "nan":
+            arrays["x"] = arrays["x"].copy()
+            arrays["x"][0, 0] = np.nan
+        elif field == "pixel":
+            arrays["x"] = arrays["x"].copy()
+            arrays["x"][0, 0] = 255.0
+        elif field == "label":
+            arrays["y"] = arrays["y"].copy()
+            arrays["y"][0] = 10
+        elif field == "pickle":
+            arrays["x"] = np.array([{"a": 1}] * 3, dtype=object)
+        write_npz(path, **arrays)
+    return breaker
+
+
+def truncate_train(workdir):
+    path = workdir / "data" / "prepared" / "train.npz"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def remove_train(workdir):
+    (workdir / "data" / "prepared" / "train.npz").unlink()
+
+
+def bad_yaml(workdir):
+    (workdir / "params.yaml").write_text("train:\n  epochs: [3\n")
+
+
+def idx_folder_with_bad_magic(workdir):
+    folder = workdir / "mnist-idx"
+    folder.mkdir()
+    for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (folder / stem).write_bytes(b"\x00\x00\x08\x07" + b"\x00" * 12)
+
+
+TRAIN = ["--strategy", "default", "--name", "run"]
+CASES = [
+    # (id, stage, args, prepare, fragment of the one error line)
+    ("unknown key", train, TRAIN + set_("train.epoch=3"), None, "unknown key train.epoch; did you mean train.epochs?"),
+    ("unknown section", train, TRAIN + set_("trian.epochs=3"), None, "unknown key trian; did you mean train?"),
+    ("wrong type", train, TRAIN + set_("train.epochs=three"), None, "train.epochs must be"),
+    ("epochs 0", train, TRAIN + set_("train.epochs=0"), None, "train.epochs must be >= 1; got 0"),
+    ("batch 0", train, TRAIN + set_("train.batch_size=0"), None, "train.batch_size must be >= 1; got 0"),
+    ("learning rate 0", train, TRAIN + set_("train.learning_rate=0"), None, "train.learning_rate must be > 0"),
+    ("dropout 1", train, TRAIN + set_("model.dropout=1"), None, "model.dropout must be < 1"),
+    ("dropout negative", train, TRAIN + set_("model.dropout=-0.1"), None, "model.dropout must be >= 0"),
+    ("validation split 1", train, TRAIN + set_("data.validation_split=1.0"), None, "data.validation_split must be < 1"),
+    ("workers 0", train, TRAIN + set_("distributed.workers=0"), None, "distributed.workers must be >= 1; got 0"),
+    ("devices 0", train, TRAIN + set_("distributed.devices=0"), None, "distributed.devices must be >= 1; got 0"),
+    ("ps 0", train, TRAIN + set_("distributed.ps=0"), None, "distributed.ps must be >= 1; got 0"),
+    ("max restarts negative", train, TRAIN + set_("distributed.max_restarts=-1"), None,
+     "distributed.max_restarts must be >= 0"),
+    ("unknown strategy in list", train, TRAIN + set_("distributed.strategies=[mirrored, bogus]"), None,
+     "distributed.strategies[1] must be one of one_device, mirrored"),
+    ("unknown --strategy", train, ["--strategy", "bogus", "--name", "run"], None,
+     "unknown strategy 'bogus'; choose one of default, one_device"),
+    ("unknown loop", train, TRAIN + set_("train.loop=manual"), None, "train.loop must be one of fit, custom; got 'manual'"),
+    ("unknown precision", train, TRAIN + set_("train.precision=float16"), None,
+     "train.precision must be one of float32, mixed_float16, mixed_bfloat16; got 'float16'"),
+    ("unknown clip method", train, TRAIN + set_("train.clip.method=l2"), None,
+     "train.clip.method must be one of none, global_norm, norm, value; got 'l2'"),
+    ("clip value 0", train, TRAIN + set_("train.clip.value=0"), None, "train.clip.value must be > 0"),
+    ("unknown lr scaling", train, TRAIN + set_("train.lr_scaling=sqrt"), None, "train.lr_scaling must be one of none, linear"),
+    ("negative warm-up", train, TRAIN + set_("train.warmup_epochs=-1"), None, "train.warmup_epochs must be >= 0"),
+    ("--set without =", train, TRAIN + set_("train.epochs"), None, "must look like dotted.key=value"),
+    ("--set bad YAML", train, TRAIN + set_("train.epochs=[1"), None, "value '[1' is not valid YAML"),
+    ("params not YAML", train, TRAIN, bad_yaml, "params.yaml is not valid YAML at line"),
+    ("params missing", train, ["--params", "nope.yaml", *TRAIN], None, "params file nope.yaml not found"),
+    ("float16 without loss scaling", train, ["--strategy", "central_storage", "--name", "run",
+                                             *set_("train.precision=mixed_float16")], None,
+     "train.precision mixed_float16 needs loss scaling"),
+    ("prepared split missing", train, TRAIN, remove_train, "train.npz not found; run the preprocess stage first"),
+    ("prepared split truncated", train, TRAIN, truncate_train, "train.npz is not a valid prepared split"),
+    ("prepared split wrong shape", train, TRAIN, break_split("x_shape", None), "expected float32 x of shape (N, 784)"),
+    ("prepared split NaN", train, TRAIN, break_split("nan", None), "pixels must be finite values in [0, 1]"),
+    ("prepared split pixel 255", train, TRAIN, break_split("pixel", None), "pixels must be finite values in [0, 1]"),
+    ("prepared split label 10", train, TRAIN, break_split("label", None), "labels must be in 0..9"),
+    ("prepared split pickled", train, TRAIN, break_split("pickle", None), "is not a valid prepared split"),
+    ("source path missing", preprocess, set_("data.source=no/such/mnist.npz"), None, "data.source"),
+    ("IDX bad magic", preprocess, set_("data.source=mnist-idx"), idx_folder_with_bad_magic, "bad IDX magic number"),
+    ("evaluate without model", evaluate, ["--name", "never-trained"], None, "never-trained"),
+    ("register without logging", train, TRAIN + set_("mlflow.register_models=true", "mlflow.log_models=false"), None,
+     "mlflow.register_models needs mlflow.log_models: true"),
+    ("tracking store unwritable", train, TRAIN + set_("mlflow.tracking_uri=sqlite:///params.yaml/mlflow.db"), None,
+     "mlflow.tracking_uri sqlite:///params.yaml/mlflow.db: cannot create "),
+]
+
+
+def snapshot(root):
+    """Every file under ``root`` with its content hash (the lock files of a store aside)."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*")) if path.is_file()
+    }
+
+
+@pytest.mark.parametrize(("stage", "args", "prepare", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_input_exits_2_with_one_line_and_changes_nothing(tmp_path, prepared_copy, monkeypatch,
+                                                               stage, args, prepare, fragment):
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path)
+    if prepare:
+        prepare(tmp_path)
+    before = snapshot(tmp_path)
+    result = CliRunner().invoke(stage.main, args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if not line.startswith(("INFO ", "WARNING "))]
+    assert len(errors) == 1 and errors[0].startswith("error: "), result.stderr
+    assert fragment in errors[0]
+    assert "Traceback" not in result.output
+    assert snapshot(tmp_path) == before, "no output was written or changed"
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "/tmp/abs", "", ".hidden", "new\nline", "x" * 101])
+@pytest.mark.parametrize("stage", [train, evaluate])
+def test_a_run_name_that_is_not_plain_exits_2_and_writes_nothing_anywhere(tmp_path, prepared_copy, monkeypatch,
+                                                                          stage, name):
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "data").symlink_to(prepared_copy.parent)
+    monkeypatch.chdir(workdir)
+    tiny_params(workdir)
+    before = snapshot(tmp_path)
+    result = CliRunner().invoke(stage.main, ["--name", name, *(["--strategy", "default"] if stage is train else [])])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: --name {name!r} is not a plain run name: use 1-100 letters, digits, '_', '.' or '-', "
+        "not starting with '.', e.g. --name mirrored-bs256"]
+    assert snapshot(tmp_path) == before and not (tmp_path.parent / "escaped").exists()
+
+
+def test_a_nan_loss_fails_the_stage_and_its_mlflow_run_with_epoch_and_step(tmp_path, prepared_copy, monkeypatch):
+    import mlflow
+
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path, train={"optimizer": "sgd", "learning_rate": 1e30})
+    result = CliRunner().invoke(train.main, TRAIN)
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: training diverged: loss is")
+    assert "lower train.learning_rate or clip gradients" in result.stderr
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (run,) = mlflow.search_runs(experiment_names=["tests"], filter_string="tags.stage = 'train'", output_format="list")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["diverged.epoch"] == "1" and int(run.data.tags["diverged.step"]) > 0
+    assert not (tmp_path / "models" / "run").exists() and not (tmp_path / "reports" / "train" / "run.json").exists()
+
+
+def test_an_unreachable_tracking_server_fails_before_training(tmp_path, prepared_copy, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path, mlflow={"tracking_uri": f"http://127.0.0.1:{port}"})
+    result = CliRunner().invoke(train.main, TRAIN)
+    assert result.exit_code == 2
+    assert f"mlflow.tracking_uri http://127.0.0.1:{port}: no MLflow server answers" in result.stderr
+    assert "Epoch 1/" not in result.output, "nothing was trained"
+
+
+def test_nothing_secret_from_the_environment_reaches_mlflow(tmp_path, prepared_copy, monkeypatch):
+    import mlflow
+
+    secret = "s3cr3t-" + os.urandom(4).hex()
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("TFDIST_TEST_TOKEN", secret)
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path, train={"epochs": 1})
+    assert CliRunner().invoke(train.main, TRAIN).exit_code == 0
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (run,) = mlflow.search_runs(experiment_names=["tests"], filter_string="tags.stage = 'train'", output_format="list")
+    logged = [*run.data.params.items(), *run.data.tags.items()]
+    assert not [key for key, value in logged if secret in str(value)]

@@ -1,0 +1,75 @@
+"""Two local launches at once never get the same ports (the port book), tested where ports are scarce.
+
+In a network namespace of our own, the kernel's ephemeral range is cut to 4
+ports, so a second launcher probing with bind(0) is offered the first one's
+ports again as soon as that one's probes close: only the book keeps them apart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2 (netns)")
+
+RANGE = (40000, 40003)
+#: Prints the ports a launcher process gets, then holds them (sleeps) until killed.
+HOLD = textwrap.dedent("""
+    import sys, time
+    from tfdist.errors import RunError
+    from tfdist.cluster.ports import free_ports
+    try:
+        print(*free_ports(int(sys.argv[1])), flush=True)
+    except RunError as err:
+        print("error:", err, flush=True)
+        sys.exit(1)
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+@pytest.fixture
+def scarce_ports(tmp_path):
+    """A namespace whose loopback has 4 ephemeral ports, and a private port book; runs a holder in it."""
+    name = f"tfdist-ports-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw",
+                        f"net.ipv4.ip_local_port_range={RANGE[0]} {RANGE[1]}"], check=True)
+        env = {**os.environ, "TMPDIR": str(tmp_path)}  # the book lives in TMPDIR
+        processes = []
+
+        def start(count: int, hold: float = 60.0) -> tuple[subprocess.Popen, str]:
+            process = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", HOLD, str(count), str(hold)],
+                                       stdout=subprocess.PIPE, text=True, env=env)
+            processes.append(process)
+            return process, process.stdout.readline().strip()
+
+        yield start
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(timeout=10)
+        subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+def test_a_second_launch_gets_other_ports_and_a_third_a_clear_error_until_the_first_dies(scarce_ports):
+    first, first_ports = scarce_ports(2)
+    _, second_ports = scarce_ports(2)
+    ports = set(range(RANGE[0], RANGE[1] + 1))
+    assert set(map(int, first_ports.split())) | set(map(int, second_ports.split())) == ports, (first_ports, second_ports)
+
+    third, line = scarce_ports(1)
+    assert third.wait(timeout=30) == 1
+    assert line.startswith("error: no 1 free ports on 127.0.0.1 that another tfdist launch does not hold (4 held)")
+
+    first.kill()  # a killed launcher's ports are free again
+    first.wait(timeout=10)
+    _, fourth_ports = scarce_ports(2)
+    assert set(map(int, fourth_ports.split())) == set(map(int, first_ports.split()))

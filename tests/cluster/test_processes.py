@@ -1,0 +1,68 @@
+"""The local process group, with small Python programs as tasks: waited for, prefixed, stopped together."""
+
+import io
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tfdist.cluster.processes import ProcessGroup
+from tfdist.errors import RunError
+
+from helpers.project import process_alive
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def test_tasks_that_finish_are_waited_for_with_prefixed_output():
+    out = io.StringIO()
+    with ProcessGroup(out=out) as group:
+        group.start("worker-0", python("import os; print('hello from', os.environ['TF_CONFIG'])"), {"TF_CONFIG": "x"})
+        group.start("worker-1", python("print('second')"), {})
+        group.wait()
+    lines = out.getvalue().splitlines()
+    assert "[worker-0] hello from x" in lines and "[worker-1] second" in lines
+
+
+def test_a_failing_task_stops_the_others_and_is_named_with_its_output():
+    out = io.StringIO()
+    started = time.monotonic()
+    with pytest.raises(RunError) as raised, ProcessGroup(out=out, stop_timeout=2) as group:
+        sleeper = group.start("worker-0", python("import time; time.sleep(60)"), {})
+        group.start("worker-1", python("import sys, time; time.sleep(0.5); print('out of memory'); sys.exit(3)"), {})
+        group.wait()
+    message = str(raised.value)
+    assert "task worker-1" in message and "exited with code 3" in message
+    assert "[worker-1] out of memory" in message
+    assert time.monotonic() - started < 10
+    assert not process_alive(sleeper)
+
+
+def test_a_killed_task_is_reported_with_its_signal():
+    with pytest.raises(RunError, match=r"task worker-1 \(pid \d+\) was killed by SIGKILL"), ProcessGroup() as group:
+        group.start("worker-0", python("import time; time.sleep(60)"), {})
+        victim = group.start("worker-1", python("import time; time.sleep(60)"), {})
+        time.sleep(0.3)
+        os.kill(victim, signal.SIGKILL)
+        group.wait()
+
+
+def test_a_server_that_exits_at_all_is_a_failure():
+    with pytest.raises(RunError, match="task ps-0 .* stopped unexpectedly"), ProcessGroup() as group:
+        group.start("worker-0", python("import time; time.sleep(60)"), {})
+        group.start("ps-0", python("pass"), {}, must_finish=False)
+        group.wait()
+
+
+def test_watch_interrupts_the_main_thread_when_a_task_dies():
+    started = time.monotonic()
+    with pytest.raises(RunError, match=r"task worker-0 .* stopped unexpectedly \(exit code 1\)"), ProcessGroup() as group:
+        group.start("worker-0", python("import sys, time; time.sleep(0.5); sys.exit(1)"), {}, must_finish=False)
+        group.watch(interval=0.1)
+        time.sleep(30)  # the coordinator's training, in real use
+    assert time.monotonic() - started < 10

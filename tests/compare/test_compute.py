@@ -1,0 +1,166 @@
+"""The comparison's numbers and words: speed-ups against normal training, the verdict, the advice, the projection."""
+
+import pytest
+
+from tfdist.compare.compute import build_comparison
+from tfdist.compare.render import render_markdown
+from tfdist.errors import InputError
+from tfdist.hardware import Hardware
+from tfdist.reports import run_label
+
+from helpers.reports import eval_report, scaled_runs, train_report
+
+
+def test_speedup_and_accuracy_delta_are_relative_to_normal():
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "mirrored": train_report("mirrored", 20.0, 2, ["/cpu:0", "/cpu:1"])},
+        {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.94, 0.3)},
+    )
+    mirrored = comparison["runs"]["mirrored"]
+    assert mirrored["speedup"] == pytest.approx(0.5)
+    assert mirrored["accuracy_delta_points"] == pytest.approx(-1.0)
+    assert list(comparison["runs"]) == ["normal", "mirrored"]
+    assert comparison["verdict"].startswith("Distribution did not pay off on this hardware")
+    assert "logical devices carved out of the same" in comparison["verdict"]
+
+
+def test_a_real_speedup_is_called_one():
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0),
+         "mirrored": train_report("mirrored", 4.0, 4, [f"/gpu:{i}" for i in range(4)])},
+        {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.95, 0.2)},
+    )
+    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.50x as fast")
+    assert "4 replicas on /gpu:0" in comparison["verdict"]
+
+
+def test_comparison_needs_the_normal_run():
+    with pytest.raises(InputError, match="needs the 'normal' run"):
+        build_comparison({"mirrored": train_report("mirrored", 1.0)}, {"mirrored": eval_report("mirrored", 1, 0)})
+
+
+def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynchronous():
+    ps = train_report("parameter_server", 30.0, 1, ["/job:worker/task:0", "/job:worker/task:1"], workers=2, ps=1,
+                      synchronous=False, loop="custom", precision="mixed_bfloat16",
+                      precision_can_be_faster=False)
+    mwms = train_report("multi_worker_mirrored", 25.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2, ps=0,
+                        synchronous=True, learning_rate=0.002)
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "parameter_server": ps, "multi_worker_mirrored": mwms},
+        {name: eval_report(name, 0.95, 0.2) for name in ("normal", "parameter_server", "multi_worker_mirrored")},
+    )
+    markdown = render_markdown(comparison)
+    assert "| parameter_server | parameter_server | custom | mixed_bfloat16 | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
+    assert "| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 50 | 0.002 |" in markdown
+    assert "**Asynchronous:** parameter_server trained with parameter servers" in markdown
+    assert "Its 2 worker processes shared the same" in comparison["verdict"]
+    assert "**Precision:** this machine has no hardware that computes mixed_bfloat16 faster" in markdown
+
+
+def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
+    normal = train_report("default", 3.0, epochs=10, steady_epoch_seconds=0.1,
+              first_epoch_overhead_seconds=0.9, steady_samples_per_second=36000)
+    mirrored = train_report("mirrored", 4.0, 2, ["/gpu:0", "/gpu:1"], epochs=10, steady_epoch_seconds=0.05,
+                first_epoch_overhead_seconds=2.5, steady_samples_per_second=72000)
+    comparison = build_comparison({"normal": normal, "mirrored": mirrored},
+                                  {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.95, 0.2)})
+    row = comparison["runs"]["mirrored"]
+    assert row["speedup"] == pytest.approx(2.0) and row["wall_speedup"] == pytest.approx(0.75)
+    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
+    assert "0.050 s vs 0.100 s per epoch at steady state" in comparison["verdict"]
+    assert "| mirrored | 72,000 | 90% | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)
+
+
+def test_run_labels_say_what_differs():
+    assert run_label("mirrored", "mirrored", 2, 1, 0, "fit", "float32") == "mirrored ×2 · fit · float32"
+    assert run_label("normal", "default", 1, 1, 0, "custom", "mixed_bfloat16", distributes=False) == (
+        "normal · custom · mixed_bfloat16")
+    assert run_label("parameter_server", "parameter_server", 1, 2, 1, "fit", "float32", "global_norm") == (
+        "parameter_server 2w+1ps · fit · float32 · clip global_norm")
+    assert run_label("big", "mirrored", 4, 1, 0, "fit", "float32") == "big (mirrored ×4) · fit · float32"
+    assert run_label("try", "default", 1, 1, 0, "fit", "float32", distributes=False) == "try · fit · float32"
+
+
+def test_scaling_projects_the_measured_step_cost_onto_a_device_per_replica():
+    projections = {p["name"]: p for p in scaled_runs(mirrored_sps=800.0)["scaling"]}
+    mirrored, ps = projections["mirrored"], projections["parameter_server"]
+    # mirrored: a 2 x 25 batch in 62.5 ms against normal's 25 in 25 ms -> 0.4 of normal speed per device
+    assert mirrored["step_ms"] == pytest.approx(62.5) and mirrored["normal_step_ms"] == pytest.approx(25.0)
+    assert mirrored["break_even_units"] == pytest.approx(2.5) and mirrored["unit"] == "devices"
+    assert mirrored["projected_speedup"]["8"] == pytest.approx(3.2)
+    # parameter_server: each of 2 workers takes 100 ms per 25-example step
+    assert ps["step_ms"] == pytest.approx(100.0) and ps["break_even_units"] == pytest.approx(4.0)
+    assert ps["unit"] == "workers" and ps["projected_speedup"]["4"] == pytest.approx(1.0)
+
+
+def test_advice_says_to_train_without_distribution_when_nothing_is_faster():
+    advice = scaled_runs(mirrored_sps=800.0)["advice"]
+    assert advice["use"].startswith("Train without distribution on this machine")
+    assert "the closest, mirrored, ran at 0.80x" in advice["use"]
+    assert "the least costly, mirrored, would need 2.5 devices to match normal training" in advice["scale"]
+    assert "3.2x as fast with 8" in advice["scale"]
+    assert advice["precision"].startswith("mixed_bfloat16 can pay off here (the CPU has avx512_bf16)")
+    assert "dvc exp run -S train.precision=mixed_bfloat16" in advice["precision"]
+
+
+def test_advice_names_a_faster_strategy_and_its_accuracy_cost():
+    advice = scaled_runs(mirrored_sps=3000.0, accuracy=0.92)["advice"]
+    assert advice["use"].startswith("Use mirrored: it trained 3.00x as fast as normal training")
+    assert "test accuracy -3.0 points" in advice["use"] and "train.lr_scaling: linear" in advice["use"]
+
+
+def test_precision_advice_without_fast_hardware_says_where_it_pays():
+    runs = {"normal": train_report("default", 10.0, precision="mixed_float16", precision_support={
+        "mixed_bfloat16": {"can_be_faster": False, "reason": "no AVX512-BF16"},
+        "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}})}
+    text = build_comparison(runs, {"normal": eval_report("normal", 0.9, 0.3)})["advice"]["precision"]
+    assert text.startswith("These runs used mixed_float16, which no unit here computes faster than float32")
+    assert "Mixed precision would not pay off on this machine: no GPU; no AVX512-BF16." in text
+
+
+def test_the_verdict_reasons_from_the_hardware_where_training_ran_not_where_compare_runs():
+    cluster = Hardware(["gpu-node-1", "gpu-node-2"], 64, "Xeon", ["GPU"], ["NVIDIA A100"])
+    mwms = train_report("multi_worker_mirrored", 5.0, 8, [f"/job:worker/task:{i}" for i in range(2)], workers=2,
+                        hardware=cluster)
+    comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": mwms},
+                                  {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
+    assert "shared" not in comparison["verdict"]
+    assert "It ran 2 workers on 2 machines (gpu-node-1, gpu-node-2), 8 replicas in all" in comparison["verdict"]
+    assert comparison["runs"]["multi_worker_mirrored"]["hosts"] == ["gpu-node-1", "gpu-node-2"]
+
+    local = train_report("multi_worker_mirrored", 20.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
+                         hardware=Hardware(["laptop"], 12, "i7", ["CPU"], []))
+    comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": local},
+                                  {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
+    assert "Its 2 worker processes shared the same 12 CPU cores of one machine" in comparison["verdict"]
+
+
+def test_the_report_says_which_machine_measured_it():
+    normal = train_report("default", 10.0, hardware=Hardware(["ci-runner"], 2, "AMD EPYC", ["CPU"], []))
+    comparison = build_comparison({"normal": normal}, {"normal": eval_report("normal", 0.95)})
+    line = ("*Measured on ci-runner (AMD EPYC, 2 cores, no GPU); the numbers are that machine's: "
+            "run `dvc repro` to measure yours.*")
+    assert line in render_markdown(comparison).splitlines()
+
+
+def test_the_three_paradigms_side_by_side_with_what_each_holds_moves_and_idles():
+    split = {"devices": ["/cpu:0", "/cpu:1"], "params_per_device": [100_480, 1_290], "bytes_per_step": 25_600,
+             "stages": 2}
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0),
+         "mirrored": train_report("mirrored", 12.0, 2, ["/cpu:0", "/cpu:1"], params_per_device=[101_770] * 2,
+                                  bytes_per_step=814_160),
+         "model_parallel": train_report("model_parallel", 11.0, paradigm="model", bubble=0.22, bubble_theory=0.5, **split),
+         "pipeline_parallel": train_report("pipeline_parallel", 14.0, paradigm="pipeline", micro_batches=5,
+                                           bubble=0.38, bubble_theory=1 / 6, **split)},
+        {name: eval_report(name, 0.95) for name in ("normal", "mirrored", "model_parallel", "pipeline_parallel")},
+    )
+    markdown = render_markdown(comparison)
+    assert "| model_parallel | model | 100,480 | 25,600 | 1 | 22% | 50% |" in markdown
+    assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 | 38% | 17% |" in markdown
+    assert "| mirrored | data | 101,770 | 814,160 | 1 | – | – |" in markdown
+    advice = comparison["advice"]["paradigms"]
+    assert "model_parallel held at most 100,480 parameters on a device and moved 25 KiB of activations per step" in advice
+    assert "idled 38% of a step (theory 17% for 2 stages and 5 micro-batches)" in advice
+    assert "kept all 101,770 parameters on every replica and moved 795 KiB per step" in advice
+    assert [p["name"] for p in comparison["scaling"]] == ["mirrored"], "a layer split is not projected as replicas"

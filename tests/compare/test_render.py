@@ -1,0 +1,43 @@
+"""The comparison laid out: markdown, figures, and one self-contained HTML page that fetches nothing."""
+
+import html
+import re
+
+from tfdist.compare.compute import build_comparison
+from tfdist.compare.render import plot_figures, render_html, render_markdown
+
+from helpers.reports import eval_report, scaled_runs, train_report
+
+
+def history():
+    return [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}, {"epoch": 2, "loss": 0.3, "val_loss": 0.4}]
+
+
+def test_markdown_and_figures(tmp_path):
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0), "central_storage": train_report("central_storage", 9.5, 2)},
+        {"normal": eval_report("normal", 0.95, 0.2), "central_storage": eval_report("central_storage", 0.951, 0.2)},
+    )
+    markdown = render_markdown(comparison)
+    assert "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 |" in markdown
+    assert "| central_storage | 105 | 90% | 4.750 | 0.00 | 9.5 | 1.05x | 0.9510 | +0.10 |" in markdown
+    assert "Asynchronous" not in markdown
+    assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
+    paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
+    assert [p.name for p in paths] == ["throughput.png", "accuracy_vs_time.png", "loss_curves.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):
+    comparison = scaled_runs(mirrored_sps=800.0)
+    plot_figures(comparison, {name: history() for name in comparison["runs"]}, tmp_path / "figures")
+    page = render_html(comparison, tmp_path)
+    markdown = render_markdown(comparison)
+    assert page.startswith("<!DOCTYPE html>") and page.count('<img src="data:image/png;base64,') == 3
+    references = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
+    assert len(references) == 3 and all(ref.startswith("data:image/png;base64,") for ref in references)
+    assert "@import" not in page and "url(" not in page
+    for heading in re.findall(r"^##? (.+)$", markdown, re.M):
+        assert f">{html.escape(heading)}</h" in page
+    assert "<td>mirrored</td>" in page and "Train without distribution" in page
+    assert "<strong>Here:</strong>" in page and "<code>dvc exp run -S train.precision=mixed_bfloat16" in page

@@ -1,0 +1,1 @@
+"""What tests share besides fixtures, by concern; tests/ is on sys.path (pyproject: pythonpath)."""

@@ -1,0 +1,69 @@
+"""Servers a test starts and stops: free loopback ports, and an MLflow server served until it answers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers.project import local_mode_environment
+
+
+def free_ports(count: int = 1) -> list[int]:
+    """``count`` distinct loopback ports free right now (nothing listens on them once returned)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@contextlib.contextmanager
+def serving(command: list[str], cwd: Path, url: str, env: dict[str, str] | None = None,
+            timeout: float = 90) -> Iterator[subprocess.Popen]:
+    """Run an MLflow server ``command`` (``make ui``, ``make server``) until its ``/health`` says OK; stop it after.
+
+    Its output (stdout and stderr) stays readable on ``process.stdout``; a
+    server that dies or does not answer within ``timeout`` fails the test with it.
+    """
+    env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+           **(env or {})}
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.read() == b"OK":
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                pytest.fail(f"no MLflow server came up at {url}:\n{process.stdout.read()[-3000:]}")
+            time.sleep(0.5)
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        process.stdout.close()
+
+

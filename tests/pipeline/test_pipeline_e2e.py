@@ -1,0 +1,154 @@
+"""The whole pipeline as a user runs it: ``dvc repro``, ``dvc exp run``, ``dvc plots`` in a copy of the repo."""
+
+import json
+import sys
+
+import mlflow
+import pytest
+import yaml
+
+from helpers.browser import draw_offline
+from helpers.project import run_in_project
+from helpers.reports import default_labels
+
+pytestmark = pytest.mark.slow
+STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
+LABELS = default_labels()
+
+
+@pytest.fixture(scope="module")
+def project(pipeline):
+    """The shared clone after its default ``dvc repro`` (conftest.pipeline)."""
+    return pipeline.root
+
+
+def runs_of(project, execution=None):
+    mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
+    runs = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list")
+    return [r for r in runs if execution is None or r.data.tags.get("tfdist.execution") == execution]
+
+
+def test_dvc_repro_runs_every_stage_then_is_a_no_op(project, pipeline):
+    assert yaml.safe_load((project / "params.yaml").read_text())["distributed"]["strategies"] == list(STRATEGIES)
+    output = pipeline.output
+    assert "absl::InitializeLog" not in output and "cudart_stub" not in output, "no TensorFlow chatter in a copy's stages"
+    for stage in ("preprocess", "train-normal", "evaluate-normal", "compare",
+                  *(f"{kind}-distributed@{name}" for name in STRATEGIES for kind in ("train", "evaluate"))):
+        assert f"Running stage '{stage}'" in output
+
+    comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
+    assert list(comparison["runs"]) == ["normal", *sorted(STRATEGIES)]
+    for name, row in comparison["runs"].items():
+        assert row["test_accuracy"] > 0.8, name
+    assert comparison["runs"]["multi_worker_mirrored"]["workers"] == 2
+    assert comparison["runs"]["parameter_server"]["synchronous"] is False
+    markdown = (project / "reports" / "compare" / "compare.md").read_text()
+    assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | 1 | 25 |" in markdown
+    assert "**Asynchronous:** parameter_server" in markdown and "## Advice" in markdown
+    assert (project / "reports" / "compare" / "compare.html").read_text().count("data:image/png;base64,") == 3
+    assert "Data and pipelines are up to date." in run_in_project(["dvc", "repro"], project)
+
+
+def test_one_repro_is_one_execution_in_mlflow_with_named_runs_data_and_links(project):
+    runs = runs_of(project)
+    assert all(r.info.status == "FINISHED" for r in runs)
+    executions = {r.data.tags["tfdist.execution"] for r in runs}
+    assert len(executions) == 1, f"one dvc repro must share one grouping tag, got {executions}"
+    (parent,) = [r for r in runs if r.data.tags.get("tfdist.role") == "execution"]
+    train_runs = {r.data.tags["model_name"]: r for r in runs if r.data.tags.get("stage") == "train"}
+    assert len(runs) == 1 + len(train_runs), "the execution's parent run and one run per training, nothing else"
+    assert {name: r.info.run_name for name, r in train_runs.items()} == LABELS
+    assert {r.data.tags.get("dvc.stage") for r in train_runs.values()} >= {"train-normal", "train-distributed@mirrored"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in train_runs.values()} == {parent.info.run_id}
+
+    data_sha256 = json.loads((project / "reports" / "data.json").read_text())["sha256"]
+    for run in train_runs.values():
+        assert "test_accuracy" in run.data.metrics and "system/cpu_utilization_percentage" in run.data.metrics
+        (dataset_input,) = run.inputs.dataset_inputs
+        assert dataset_input.dataset.digest == data_sha256[:16]
+        assert {t.key: t.value for t in dataset_input.tags}["sha256"] == data_sha256
+        history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "val_accuracy")
+        assert [m.step for m in history] == [1, 2, 3], "per-epoch metrics carry their epoch as step"
+
+    assert parent.data.tags["compared"] == ",".join(["normal", *sorted(STRATEGIES)])
+    assert sorted(parent.data.metrics) == ["best_speedup", "best_test_accuracy", "runs_compared"]
+    note = parent.data.tags["mlflow.note.content"]
+    for name, run in train_runs.items():
+        assert f"[{LABELS[name]}](#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in note
+
+
+def test_dvc_plots_show_renders_every_run_confusion_and_figures(project):
+    run_in_project(["dvc", "plots", "show", "-o", "plots"], project)
+    page = (project / "plots" / "index.html").read_text()
+    for title in ("Validation accuracy per epoch", "Training loss per epoch", "Confusion matrix on the test split"):
+        assert title in page
+    for name in LABELS:
+        assert f'"run": "{name}"' in page, f"{name}'s curve is missing"
+    assert sorted(p.name for p in (project / "plots" / "static").glob("*.png")) == [
+        "workspace_reports_compare_figures_accuracy_vs_time.png", "workspace_reports_compare_figures_loss_curves.png",
+        "workspace_reports_compare_figures_throughput.png"]
+
+
+def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):
+    run_in_project(["git", "add", "-A"], project)
+    run_in_project(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q", "-m", "baseline"], project)
+    output = run_in_project(["dvc", "exp", "run", "-n", "bf16-3ep", "-S", "train.epochs=3",
+                             "-S", "train.precision=mixed_bfloat16"], project)
+    assert "Running stage 'preprocess'" not in output and "Running stage 'compare'" in output
+
+    runs = runs_of(project, execution="bf16-3ep")
+    assert sorted(r.data.tags.get("model_name", "execution") for r in runs) == sorted(["execution", *LABELS])
+    assert all(r.data.params.get("train.precision", "mixed_bfloat16") == "mixed_bfloat16" for r in runs)
+    assert runs_of(project)[0].data.tags["tfdist.execution"] == "bf16-3ep"
+
+    table = json.loads(run_in_project(["dvc", "exp", "show", "--json"], project))
+    experiment = next(exp for row in table for exp in (row.get("experiments") or []) if exp["name"] == "bf16-3ep")
+    data = experiment["revs"][0]["data"]
+    metrics = data["metrics"]["reports/compare/metrics.json"]["data"]
+    assert set(metrics) == set(LABELS) and set(metrics["normal"]) == {"samples_per_second", "speedup", "test_accuracy"}
+    assert data["params"]["params.yaml"]["data"]["train"]["epochs"] == 3
+
+    header = run_in_project([sys.executable, "-m", "stages.experiments", "--csv"], project).splitlines()[0].split(",")
+    assert {"train.epochs", "train.precision", "runtime.intra_op_threads", "normal.test_accuracy"} <= set(header)
+    hidden = [column for column in header if column.startswith("mlflow.") or "/" in column]
+    assert not hidden and "distributed.max_restarts" not in header, "make experiments hides what decides no result"
+
+    run_in_project(["dvc", "plots", "diff", "HEAD", "bf16-3ep", "-o", "diff"], project)
+    page = (project / "diff" / "index.html").read_text()
+    assert '"rev": "HEAD"' in page and '"rev": "bf16-3ep"' in page
+    drawn = draw_offline(browser, project / "diff" / "index.html", screenshot="dvc-plots-diff.png")
+    assert (drawn.plots, drawn.requests, drawn.errors) == (4 + len(LABELS), [], []), "every plot draws offline"
+
+
+def test_changing_epochs_reruns_training_not_preprocessing(project):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["train"]["epochs"] = 1
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    status = run_in_project(["dvc", "status"], project)
+    assert "train-normal" in status and "preprocess:" not in status
+    output = run_in_project(["dvc", "repro"], project)
+    assert "Running stage 'preprocess'" not in output
+    assert "Running stage 'train-normal'" in output and "Running stage 'compare'" in output
+    assert json.loads((project / "reports" / "train" / "normal.json").read_text())["epochs"] == 1
+
+
+def test_all_three_kinds_of_distribution_in_one_experiment(project):
+    """Data, model and pipeline parallelism side by side, as the README shows: one dvc exp run."""
+    # float32: an earlier experiment here left mixed_bfloat16 in the workspace's params (2-byte activations)
+    output = run_in_project(["dvc", "exp", "run", "-n", "paradigms", "-S", "train.loop=custom", "-S",
+                             "train.precision=float32", "-S",
+                             "distributed.strategies=[mirrored,model_parallel,pipeline_parallel]"], project)
+    assert "Running stage 'train-distributed@pipeline_parallel'" in output
+    comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
+    assert {name: row["paradigm"] for name, row in comparison["runs"].items()} == {
+        "normal": "none", "mirrored": "data", "model_parallel": "model", "pipeline_parallel": "pipeline"}
+    pipeline = comparison["runs"]["pipeline_parallel"]
+    assert pipeline["micro_batches"] == 5 and pipeline["bubble_theory"] == pytest.approx(1 / 6)
+    assert pipeline["test_accuracy"] > 0.8 and 0 <= pipeline["bubble"] <= 1
+    markdown = (project / "reports" / "compare" / "compare.md").read_text()
+    assert "## What each kind of distribution holds and moves" in markdown
+    assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 |" in markdown
+    assert "**Data, model or pipeline parallelism:**" in markdown and "pipeline_parallel held at most" in markdown
+    runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="paradigms")}
+    assert runs["pipeline_parallel"].data.metrics["bubble_theory"] == pytest.approx(1 / 6)
+    assert runs["model_parallel"].data.tags["strategy"] == "model_parallel"

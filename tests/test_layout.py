@@ -1,0 +1,89 @@
+"""The house: src/tfdist's folders are its architecture, imports only point down, and no two modules import each other.
+
+Imports are read statically (lazy ones inside functions and ``TYPE_CHECKING``
+ones included), as tests/pipeline/test_dvc_yaml.py reads them for dvc.yaml.
+"""
+
+from pathlib import Path
+
+import tomllib
+
+from helpers.imports import imported_names
+from helpers.project import REPO
+
+SRC = REPO / "src"
+#: Each module's floor, lowest first: a module imports only from lower floors or its own room (the leaves,
+#: floor 0, are one room).
+#: Leaves (errors, config, atomic writes, logs, hardware, TensorFlow imports) hold up everything;
+#: data/ feeds distribute/, which cluster/ and tracking stand on; the stages' rooms are on top.
+FLOORS = {
+    "tfdist": 0, "tfdist.errors": 0, "tfdist.atomic": 0, "tfdist.native_logs": 0, "tfdist.workspace": 0,
+    "tfdist.hardware": 0, "tfdist.tf_imports": 0, "tfdist.tf_private": 0, "tfdist.runtime": 0, "tfdist.config": 0,
+    "tfdist.reports": 0,
+    "tfdist.data": 1,
+    "tfdist.distribute": 2,
+    "tfdist.cluster": 3, "tfdist.tracking": 3, "tfdist.mlflow_app": 3,
+    "tfdist.train": 4, "tfdist.evaluate": 4, "tfdist.compare": 4,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room(module: str) -> str:
+    """``tfdist.train.fit`` -> ``tfdist.train``; a top-level module is its own room."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def imports() -> dict[str, set[str]]:
+    """Module -> the tfdist modules it imports anywhere in it."""
+    graph: dict[str, set[str]] = {}
+    modules = {module_name(path) for path in SRC.rglob("*.py")}
+    for path in SRC.rglob("*.py"):
+        found = {name for name in imported_names(path) if name in modules}
+        graph[module_name(path)] = found - {module_name(path)}
+    return graph
+
+
+def test_every_module_has_a_floor_and_imports_only_down_or_within_its_room():
+    graph = imports()
+    assert all(room(module) in FLOORS for module in graph), sorted(m for m in graph if room(m) not in FLOORS)
+    floor = {module: FLOORS[room(module)] for module in graph}
+    upward = [f"{module} -> {target}" for module, targets in graph.items() for target in targets
+              if floor[target] > floor[module] or (floor[target] == floor[module] > 0 and room(target) != room(module))]
+    assert not upward, upward
+
+
+def test_no_import_circle():
+    graph = imports()
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        for target in graph[module]:
+            if target in path:
+                circles.append(" -> ".join([*path[path.index(target):], target]))
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    # a package importing its own submodules (``from tfdist.cluster import launcher``) is no circle
+    assert not [c for c in circles if len(set(c.split(" -> "))) > 1 and not c.startswith("tfdist ->")], circles
+
+
+def test_config_and_the_registry_are_leaves():
+    graph = imports()
+    assert graph["tfdist.config"] <= {"tfdist", "tfdist.errors"}, graph["tfdist.config"]
+    assert graph["tfdist.distribute.registry"] <= {"tfdist", "tfdist.errors"}, graph["tfdist.distribute.registry"]
+
+
+def test_every_subpackage_is_packaged():
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = {module_name(path) for path in SRC.rglob("__init__.py")}
+    assert set(packages) - {"stages"} == folders, "pyproject.toml's packages must list every folder of src/tfdist"

@@ -1,0 +1,112 @@
+"""One fit under a strategy: it learns, refuses a batch larger than the data, stops on NaN, scales the rate."""
+
+import numpy as np
+import pytest
+
+from tfdist.config import load_config
+from tfdist.data.prepared import load_split
+from tfdist.distribute.builders import build_strategy
+from tfdist.distribute.registry import get_spec
+from tfdist.errors import InputError
+from tfdist.reports import EPOCH_COLUMNS
+from tfdist.tf_imports import keras, tf
+from tfdist.train.callbacks import Diverged, LinearWarmup
+from tfdist.train.fit import effective_learning_rate, train_model
+from tfdist.train.input_pipeline import make_worker_dataset_fn
+
+from helpers.devices import SPLIT_REPLICAS
+from helpers.project import tiny_params
+
+
+class Recorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(dict(logs))
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "one_device", "mirrored", "central_storage"])
+def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
+    config = load_config(tiny_params(tmp_path))
+    spec = get_spec(strategy_name)
+    strategy, info = build_strategy(spec, config.distributed.devices)
+    recorder = Recorder()
+    result = train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"),
+                         [recorder])
+    test = load_split(prepared_dir, "test")
+    accuracy = float(np.mean(result.model.predict(test.x, verbose=0).argmax(axis=1) == test.y))
+    assert accuracy > 0.8, "two epochs on 3,600 real digits reach well above chance (0.1)"
+    assert info.replicas == (SPLIT_REPLICAS if strategy_name in ("mirrored", "central_storage") else 1)
+    assert result.global_batch_size == 32 * info.replicas
+    assert result.steps_per_epoch == 3600 // result.global_batch_size
+    assert [row["epoch"] for row in result.history] == [1, 2]
+    assert set(EPOCH_COLUMNS) <= set(result.history[-1])
+    # the timer runs before user callbacks, so trackers see the timing of each epoch
+    assert all(row["samples_per_second"] > 0 for row in recorder.epochs)
+    assert result.steady_epoch_seconds == result.history[1]["epoch_seconds"], "two epochs: the second is steady"
+    assert result.first_epoch_overhead_seconds == pytest.approx(
+        max(0.0, result.history[0]["epoch_seconds"] - result.steady_epoch_seconds))
+    assert 0 < result.startup_seconds < 3600, "seconds from process start to fit"
+
+
+def test_batch_larger_than_the_data_is_refused(tmp_path, prepared_dir):
+    config = load_config(tiny_params(tmp_path, train={"batch_size": 100_000}))
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec)
+    with pytest.raises(InputError, match="exceeds the 3600 training digits; lower train.batch_size"):
+        train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
+
+
+def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepared_dir):
+    config = load_config(tiny_params(tmp_path, train={"optimizer": "sgd", "learning_rate": 1e30, "epochs": 5}))
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec)
+    recorder = Recorder()
+    with pytest.raises(Diverged, match=r"training diverged: loss is (nan|inf) at epoch 1 \(step 112\); "
+                                       r"lower train.learning_rate or clip gradients") as raised:
+        train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"),
+                    [recorder])
+    assert (raised.value.epoch, raised.value.step, raised.value.exit_code) == (1, 112, 1)
+    assert recorder.epochs == [], "callbacks after the guard (trackers, backups) never see a diverged epoch"
+
+
+def test_each_worker_reads_a_disjoint_shard_under_parameter_server(prepared_dir):
+    """The dataset function gives each worker its own part of the data."""
+    train = load_split(prepared_dir, "train")
+    fn = make_worker_dataset_fn(train, 25, seed=1)
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=1)
+        batches = fn(context).take(len(train) // 2 // 25)
+        seen.append({x.tobytes() for xb, _ in batches.as_numpy_iterator() for x in xb})
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    assert np.isclose(len(seen[0]), len(train) / 2, rtol=0.05)
+
+
+@pytest.mark.parametrize(("scaling", "expected"), [("none", 0.001), ("linear", 0.004)])
+def test_linear_scaling_multiplies_the_rate_by_global_over_per_replica_batch(tmp_path, scaling, expected):
+    config = load_config(tiny_params(tmp_path, train={"learning_rate": 0.001, "batch_size": 32, "lr_scaling": scaling}))
+    assert effective_learning_rate(config.train, global_batch_size=128) == pytest.approx(expected)
+
+
+def test_warmup_ramps_linearly_then_holds():
+    schedule = LinearWarmup(0.01, warmup_steps=4)
+    rates = [float(schedule(tf.constant(step))) for step in range(6)]
+    assert rates == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01])
+
+
+def test_scaled_rate_and_warmup_reach_the_optimizer_under_mirrored(tmp_path, prepared_dir):
+    config = load_config(tiny_params(tmp_path, train={"epochs": 2, "lr_scaling": "linear", "warmup_epochs": 0.5}))
+    spec = get_spec("mirrored")
+    strategy, info = build_strategy(spec, config.distributed.devices)
+    result = train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
+    assert result.learning_rate == pytest.approx(0.001 * info.replicas)
+    assert result.warmup_steps == round(0.5 * result.steps_per_epoch)
+    optimizer = result.model.optimizer
+    rate = optimizer.learning_rate
+    rate = rate(optimizer.iterations) if callable(rate) else rate  # the schedule's value at the last step
+    rate = float(rate.numpy() if hasattr(rate, "numpy") else rate)
+    assert rate == pytest.approx(result.learning_rate), "warm-up is over: the scaled rate is reached"
+    assert result.history[-1]["val_accuracy"] > 0.8

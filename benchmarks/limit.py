@@ -57,7 +57,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--peak", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from tfdist.distribute.builders import make_strategy
+    from tfdist.distribute.builders import build_strategy
+    from tfdist.distribute.registry import get_spec
     from tfdist.runtime import configure_threads
 
     if args.peak is not None:
@@ -69,13 +70,14 @@ def main() -> None:
     settings = config(epochs=4)
     one_core, all_cores = peak_in_process(args.size, 1), peak_in_process(args.size, 0)
     configure_threads(settings.runtime.intra_op_threads, settings.runtime.inter_op_threads)
-    strategy, info = make_strategy("default")
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec)
     train, val = prepared("train", 60_000), prepared("val")
     weights = 784 * 128 + 128 * 10  # the multiply-adds of one example; biases are negligible
     flops_per_example = 6 * weights  # forward 2 per weight, backward 4
     rows = []
     for batch in (25, 256):
-        result = quietly(train_model, config(epochs=4, batch_size=batch), strategy, info, train, val)
+        result = quietly(train_model, config(epochs=4, batch_size=batch), spec, strategy, info, train, val)
         achieved = flops_per_example * result.steady_samples_per_second
         rows.append([f"normal, batch {batch}", result.steady_samples_per_second, f"{achieved / 1e9:.1f}",
                      f"{achieved / all_cores:.0%}"])

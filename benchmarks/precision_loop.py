@@ -26,20 +26,22 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
-    from tfdist.distribute.builders import make_strategy
+    from tfdist.distribute.builders import build_strategy
+    from tfdist.distribute.registry import get_spec
     from tfdist.runtime import configure_threads
     from tfdist.train.fit import train_model
     from tfdist.train.precision import hardware_support
 
     defaults = config()
     configure_threads(defaults.runtime.intra_op_threads, defaults.runtime.inter_op_threads)
-    strategy, info = make_strategy("default")
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec)
     train, val = prepared("train", 60_000), prepared("val")
     results: dict[tuple, list[tuple[float, float]]] = {}
     for _ in range(args.reps):
         for batch, loop, precision in itertools.product((25, 256), ("fit", "custom"), PRECISIONS):
             settings = config(epochs=args.epochs, batch_size=batch, loop=loop, precision=precision)
-            result = quietly(train_model, settings, strategy, info, train, val)
+            result = quietly(train_model, settings, spec, strategy, info, train, val)
             results.setdefault((batch, loop, precision), []).append(
                 (result.steady_samples_per_second, result.history[-1]["val_accuracy"]))
     rows = []

@@ -66,7 +66,8 @@ def seed_way(epochs: int) -> tuple[float, float]:
 def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float]:
     from common import accuracy, config, full_size, quietly
 
-    from tfdist.distribute.builders import make_strategy
+    from tfdist.distribute.builders import build_strategy
+    from tfdist.distribute.registry import get_spec
     from tfdist.runtime import configure_threads
     from tfdist.train import models
     from tfdist.train.fit import train_model
@@ -76,9 +77,10 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
 
     settings = config(epochs=epochs, batch_size=25)
     configure_threads(settings.runtime.intra_op_threads, settings.runtime.inter_op_threads)
-    strategy, info = make_strategy("default")
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec)
     train, val, test = full_size("train"), full_size("val"), full_size("test")
-    result = quietly(train_model, settings, strategy, info, train, val)
+    result = quietly(train_model, settings, spec, strategy, info, train, val)
     return result.steady_samples_per_second, accuracy(result.model, test)
 
 

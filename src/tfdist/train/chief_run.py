@@ -1,6 +1,6 @@
 """The chief's training run: the phases only the process that writes the outputs has.
 
-Around :class:`tfdist.train.task_run.TrainingRun`'s start, load and fit, the
+Around :class:`tfdist.train.task_run.TaskRun`'s start, load and fit, the
 chief (or only) process also:
 
 4. :meth:`ChiefRun.open`: points tracking at the store, checked before training so a bad URI fails in seconds;
@@ -25,12 +25,12 @@ from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
 from tfdist.train.step_costs import Costs, step_costs
-from tfdist.train.task_run import TrainingRun
+from tfdist.train.task_run import TaskRun
 
 log = logging.getLogger(__name__)
 
 
-class ChiefRun(TrainingRun):
+class ChiefRun(TaskRun):
     """A training run that tracks in MLflow, saves the model and reports: the only process, or a cluster's chief."""
 
     def train(self) -> TrainOutputs:

@@ -102,9 +102,9 @@ def _run(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: C
         from tfdist.train.chief_run import ChiefRun
 
         return ChiefRun(config, spec, name, paths, task).run()
-    from tfdist.train.task_run import TrainingRun
+    from tfdist.train.task_run import TaskRun
 
-    return TrainingRun(config, spec, name, paths, task).run()
+    return TaskRun(config, spec, name, paths, task).run()
 
 
 def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, chief: ClusterTask) -> TrainOutputs | None:

@@ -1,12 +1,12 @@
-"""One training run in this process, as an outer loop of phases around ``fit``.
+"""One task's training run in this process (the chief's, or another worker's), as an outer loop of phases around ``fit``.
 
 In the spirit of orbit's Controller: the step (Keras's, or the custom loop's
 ``train_step``) is :mod:`tfdist.train.fit`'s; this object owns everything
 around it, one method per phase, each testable on its own:
 
-1. :meth:`TrainingRun.start`: build the strategy, first thing (logical devices freeze after the first op);
-2. :meth:`TrainingRun.load`: the prepared splits and this run's backup (resume after a crash);
-3. :meth:`TrainingRun.fit`: train, backing up every epoch;
+1. :meth:`TaskRun.start`: build the strategy, first thing (logical devices freeze after the first op);
+2. :meth:`TaskRun.load`: the prepared splits and this run's backup (resume after a crash);
+3. :meth:`TaskRun.fit`: train, backing up every epoch;
 
 and, in the chief (or only) process, :class:`tfdist.train.chief_run.ChiefRun` adds
 tracking, saving and the report. Another worker of a cluster trains and leaves
@@ -40,7 +40,7 @@ from tfdist.train.resume import RunBackup, open_backup, run_key
 log = logging.getLogger(__name__)
 
 
-class TrainingRun:
+class TaskRun:
     """Train model ``name`` with strategy ``spec`` in this process, alone or as cluster task ``task``."""
 
     def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None = None):

@@ -26,11 +26,9 @@ $(VENV)/.installed: pyproject.toml uv.lock
 	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact
 	touch $@
 
-# dvc plots show draws with Vega inlined in its page (no CDN): pinned by vega/package-lock.json, from the npm registry.
-vega/offline.html: vega/package-lock.json vega/build_template.py
-	@command -v npm >/dev/null || { echo "error: npm not found: install Node.js and npm (Debian: apt-get install nodejs npm)"; exit 1; }
-	npm ci --prefix vega --ignore-scripts --no-audit --no-fund --loglevel=error
-	$(PYTHON) vega/build_template.py
+# dvc plots show draws with Vega inlined in its page (no CDN): from vl-convert-python, pinned in uv.lock (no Node.js).
+vega/offline.html: $(VENV)/.installed vega/build_template.py
+	$(BIN)/python vega/build_template.py
 
 repro: install ## Run the pipeline: dvc repro (only stages whose inputs changed)
 	dvc repro
@@ -97,8 +95,8 @@ server: install ## A team's MLflow server on PostgreSQL (make postgres first), a
 experiments: install ## List experiments: the params that decide a result and the headline metrics (dvc exp show, trimmed)
 	python -m stages.experiments
 
-plots: install ## Render every run's curves, confusion matrices and compare figures (dvc plots show)
-	dvc plots show
+plots: install ## Render every run's curves, confusion matrices and compare figures (dvc plots show; ARGS="diff main")
+	python -m stages.plots $(ARGS)
 
 clean: ## Remove pipeline outputs and the MLflow store (keeps .venv)
 	rm -rf data/prepared models reports/train reports/eval reports/compare reports/data.json mlruns dvc.lock

@@ -83,6 +83,10 @@ def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdi
     assert "Failed to remove function remotely" not in result.stderr, "the coordinator disconnects before the ps stop"
 
 
+#: Seconds from a task's SIGKILL to the stage's exit (see the test below).
+STOPPED_WITHIN = 60
+
+
 @pytest.mark.parametrize(("strategy", "victim"), [("multi_worker_mirrored", "worker-1"), ("parameter_server", "ps-0")])
 def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdir, strategy, victim):
     launcher = subprocess.Popen(
@@ -100,9 +104,11 @@ def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdi
     assert victim in pids, "".join(lines)
     os.kill(pids[victim], signal.SIGKILL)
     killed = time.monotonic()
-    rest = launcher.communicate(timeout=60)[0]
+    rest = launcher.communicate(timeout=120)[0]
     assert launcher.returncode == 1
-    assert time.monotonic() - killed < 20
+    # Noticed at once; most of the wait is the launcher closing the chief's MLflow run, which imports MLflow and
+    # TensorFlow: 7-10 s on the AMD EPYC, 21-22 s on a loaded Intel Xeon (CI). The bound leaves ~3x room.
+    assert time.monotonic() - killed < STOPPED_WITHIN
     error = rest.strip().splitlines()
     assert any(f"task {victim} (pid {pids[victim]}) was killed by SIGKILL" in line for line in error[-12:]), rest[-3000:]
     time.sleep(0.5)

@@ -1,5 +1,8 @@
 """A lost peer, as TensorFlow tells a surviving task, becomes one line naming it (texts captured on tests/netns.py hosts)."""
 
+import gc
+import sys
+
 import pytest
 
 from tfdist.cluster.peer_loss import explain, peers_watched
@@ -39,7 +42,8 @@ def test_other_errors_are_not_taken_for_a_lost_peer():
     assert explain("Graph execution error:\n\nout of memory allocating tensor", WORKER_0, 10) is None
 
 
-def test_peers_watched_raises_one_line_for_a_lost_peer_and_leaves_anything_else():
+def test_peers_watched_raises_one_line_for_a_lost_peer_and_leaves_anything_else(monkeypatch):
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # put back whatever the blocks leave installed
     with pytest.raises(RunError, match=r"^worker-0 lost worker-1 \(10\.213\.0\.2:2222\)") as error:
         with peers_watched(WORKER_0, 4):
             raise tf.errors.UnavailableError(None, None, UNHEALTHY)
@@ -50,3 +54,27 @@ def test_peers_watched_raises_one_line_for_a_lost_peer_and_leaves_anything_else(
     with pytest.raises(tf.errors.UnavailableError):  # not a cluster task: no peers to lose
         with peers_watched(None, 4):
             raise tf.errors.UnavailableError(None, None, UNHEALTHY)
+
+
+class _DeletedWhileItsPeerIsGone:
+    """What TensorFlow's Executor does when deleted after a peer went away: its __del__ raises the peer's error."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def __del__(self):
+        raise self.error
+
+
+def test_what_executors_raise_at_deletion_for_the_lost_peer_is_dropped_and_nothing_else(monkeypatch):
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(unraisable.exc_value))
+    with peers_watched(WORKER_0, 4):
+        _DeletedWhileItsPeerIsGone(tf.errors.UnavailableError(None, None, RESET))
+        _DeletedWhileItsPeerIsGone(ValueError("a bug of ours"))
+        gc.collect()
+    assert [type(error) for error in printed] == [ValueError], "only the lost peer's error is dropped"
+    assert sys.unraisablehook is not None and printed[0].args == ("a bug of ours",)
+    _DeletedWhileItsPeerIsGone(tf.errors.UnavailableError(None, None, RESET))
+    gc.collect()
+    assert len(printed) == 2, "outside the block, Python prints it as usual"

@@ -119,8 +119,10 @@ def test_past_max_restarts_the_launcher_gives_up_naming_the_task(workdir):
     victim = int(re.search(r"started worker-1 \(pid (\d+)\)", "".join(lines))[1])
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
-    output = process.communicate(timeout=60)[0]
-    assert process.returncode == 1 and time.monotonic() - killed < 20
+    output = process.communicate(timeout=120)[0]
+    # As in test_multi_process: closing the chief's run imports MLflow and TensorFlow (21 s on a loaded Intel Xeon,
+    # 20.45 s once on a fresh clone's CI); the bound leaves ~3x room.
+    assert process.returncode == 1 and time.monotonic() - killed < 60
     assert f"task worker-1 (pid {victim}) was killed by SIGKILL" in output
     assert "gave up after 0 restart(s): distributed.max_restarts is 0" in output
     (run,) = runs(workdir)

@@ -9,12 +9,16 @@ parameter_server chief sees a lost ps as an unavailable remote. Either way
 ``fit`` raises a TensorFlow error with a 40-line traceback; :func:`peers_watched`
 turns it into a :class:`~tfdist.errors.PeerLost` naming the lost task and its
 address, so the stage exits 1 with one line and its MLflow run ends FAILED.
+Meanwhile TensorFlow's executors, deleted as the failed steps unwind, raise the
+same error where Python can only print it ("Exception ignored in:
+Executor.__del__", a traceback each); those are dropped too, and nothing else.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from tfdist.distribute.cluster_spec import ClusterTask
@@ -38,13 +42,29 @@ def peers_watched(task: ClusterTask | None, heartbeat_timeout: float) -> Iterato
     if task is None:
         yield
         return
+    before = sys.unraisablehook
+    sys.unraisablehook = _quiet_about_lost_peers(task, heartbeat_timeout, before)
     try:
         yield
     except _REMOTE_FAULTS as error:
         message = explain(str(error.message), task, heartbeat_timeout)
         if message is None:
             raise
-        raise PeerLost(message) from None
+        raise PeerLost(message) from None  # the stage exits at once: the quiet hook stays for its teardown
+    sys.unraisablehook = before
+
+
+def _quiet_about_lost_peers(task: ClusterTask, heartbeat_timeout: float,
+                            before: Callable[[sys.UnraisableHookArgs], object]) -> Callable[[sys.UnraisableHookArgs], None]:
+    """An unraisable-exception hook that drops what a lost peer raises (``explain`` says so) and passes the rest on."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        error = unraisable.exc_value
+        if isinstance(error, _REMOTE_FAULTS) and explain(str(error.message), task, heartbeat_timeout) is not None:
+            return
+        before(unraisable)
+
+    return hook
 
 
 def explain(text: str, task: ClusterTask, heartbeat_timeout: float) -> str | None:

@@ -48,9 +48,11 @@ def test_peers_watched_raises_one_line_for_a_lost_peer_and_leaves_anything_else(
         with peers_watched(WORKER_0, 4):
             raise tf.errors.UnavailableError(None, None, UNHEALTHY)
     assert error.value.__cause__ is None and "\n" not in str(error.value)
+    hook = sys.unraisablehook
     with pytest.raises(tf.errors.InternalError):
         with peers_watched(WORKER_0, 4):
             raise tf.errors.InternalError(None, None, "a bug of ours")
+    assert sys.unraisablehook is hook, "a block left by any other error puts the hook back"
     with pytest.raises(tf.errors.UnavailableError):  # not a cluster task: no peers to lose
         with peers_watched(None, 4):
             raise tf.errors.UnavailableError(None, None, UNHEALTHY)

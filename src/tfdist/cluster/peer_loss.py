@@ -46,23 +46,27 @@ def peers_watched(task: ClusterTask | None, heartbeat_timeout: float) -> Iterato
     sys.unraisablehook = _quiet_about_lost_peers(task, heartbeat_timeout, before)
     try:
         yield
-    except _REMOTE_FAULTS as error:
-        message = explain(str(error.message), task, heartbeat_timeout)
+    except BaseException as error:
+        message = _lost_peer(error, task, heartbeat_timeout)
         if message is None:
+            sys.unraisablehook = before
             raise
         raise PeerLost(message) from None  # the stage exits at once: the quiet hook stays for its teardown
     sys.unraisablehook = before
 
 
+def _lost_peer(error: BaseException, task: ClusterTask, heartbeat_timeout: float) -> str | None:
+    """The one line for ``error`` when it says a peer of ``task`` was lost (:func:`explain`), else None."""
+    return explain(str(error.message), task, heartbeat_timeout) if isinstance(error, _REMOTE_FAULTS) else None
+
+
 def _quiet_about_lost_peers(task: ClusterTask, heartbeat_timeout: float,
                             before: Callable[[sys.UnraisableHookArgs], object]) -> Callable[[sys.UnraisableHookArgs], None]:
-    """An unraisable-exception hook that drops what a lost peer raises (``explain`` says so) and passes the rest on."""
+    """An unraisable-exception hook that drops what a lost peer raises and passes the rest on."""
 
     def hook(unraisable: sys.UnraisableHookArgs) -> None:
-        error = unraisable.exc_value
-        if isinstance(error, _REMOTE_FAULTS) and explain(str(error.message), task, heartbeat_timeout) is not None:
-            return
-        before(unraisable)
+        if _lost_peer(unraisable.exc_value, task, heartbeat_timeout) is None:
+            before(unraisable)
 
     return hook
 

@@ -39,6 +39,9 @@ def stage_errors() -> Iterator[None]:
     # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
     for noisy in ("tensorflow", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # A tracking store that does not answer: tfdist.tracking_outage says so once, not per retried request.
+    for noisy in ("urllib3.connectionpool", "mlflow.system_metrics.system_metrics_monitor"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     # Warnings ParameterServer training gives for what it is meant to do here: in-memory per-worker
     # datasets, and a backup each epoch (whose saver TensorFlow traces anew, and calls that retracing).
     logging.getLogger("tensorflow").addFilter(_not_parameter_server_noise)

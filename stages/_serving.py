@@ -20,8 +20,13 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def check_free(host: str, port: int) -> None:
-    """Raise InputError naming ``host:port`` when nothing can listen there."""
+    """Raise InputError naming ``host:port`` when nothing can listen there.
+
+    Binds as the servers do, with SO_REUSEADDR: a server restarted on its port
+    leaves connections in TIME_WAIT there, which do not stop it listening.
+    """
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as err:

@@ -6,9 +6,10 @@ import sys
 import mlflow
 import pytest
 
-from tfdist import tracking
+from tfdist import tracking, tracking_store
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
+from tfdist.tracking_outage import MetricsOutbox, Patience
 from tfdist.workspace import workspace_root
 
 from helpers.project import tiny_params
@@ -29,10 +30,13 @@ def test_configure_creates_the_sqlite_store(store):
 def test_run_logs_params_tags_and_epoch_metrics(store, monkeypatch):
     monkeypatch.setenv("DVC_STAGE", "train-normal")
     monkeypatch.setenv("DVC_EXP_NAME", "exp-1")
-    with tracking.start_run("normal", {"train": {"epochs": 2}}, {"strategy": "default"}) as run_id:
-        logger = tracking.EpochMetricsLogger()
+    patience = Patience(5.0, "the test store")
+    with tracking.start_run("normal", {"train": {"epochs": 2}}, {"strategy": "default"}, patience=patience) as run_id:
+        outbox = MetricsOutbox(run_id, patience)
         for epoch in range(2):
-            logger.on_epoch_end(epoch, {"loss": 1.0 / (epoch + 1), "accuracy": 0.5})
+            outbox.put({"loss": 1.0 / (epoch + 1), "accuracy": 0.5}, step=epoch + 1)
+        outbox.flush()
+        outbox.close()
     run = mlflow.get_run(run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "normal"
     assert run.data.params["train.epochs"] == "2"
@@ -116,9 +120,9 @@ def test_a_relative_sqlite_store_resolves_to_the_workspace_even_from_a_dvc_exper
     copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpab12cd"
     copy.mkdir(parents=True)
     assert workspace_root(copy / "src") == tmp_path and workspace_root(tmp_path) == tmp_path
-    assert tracking.store_uri("sqlite:///mlruns/mlflow.db", copy) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    assert tracking.store_uri("sqlite:////abs/mlflow.db", copy) == "sqlite:////abs/mlflow.db"
-    assert tracking.store_uri("http://127.0.0.1:5000", copy) == "http://127.0.0.1:5000"
+    assert tracking_store.store_uri("sqlite:///mlruns/mlflow.db", copy) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert tracking_store.store_uri("sqlite:////abs/mlflow.db", copy) == "sqlite:////abs/mlflow.db"
+    assert tracking_store.store_uri("http://127.0.0.1:5000", copy) == "http://127.0.0.1:5000"
 
 
 def test_an_experiment_created_from_a_copy_keeps_its_artifacts_in_the_workspace(tmp_path, monkeypatch):
@@ -132,8 +136,8 @@ def test_an_experiment_created_from_a_copy_keeps_its_artifacts_in_the_workspace(
 
 
 def test_passwords_never_reach_a_message():
-    assert tracking.redact("postgresql://team:s3cret@db.example:5432/mlflow") == "postgresql://team:***@db.example:5432/mlflow"
-    assert tracking.redact("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
+    assert tracking_store.redact("postgresql://team:s3cret@db.example:5432/mlflow") == "postgresql://team:***@db.example:5432/mlflow"
+    assert tracking_store.redact("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
 
 
 def _train_with_store(tmp_path, uri, *prelude):

@@ -225,6 +225,10 @@ class MlflowConfig:
         register_models: also register each logged model as a version of
             ``registered_model`` in the Model Registry, tagged with its strategy.
         registered_model: the registered model's name (one name, a version per run).
+        outage_timeout: seconds a training stage waits, once training is over, for a
+            tracking store that stopped answering (a server restarting, its object store
+            down) before it stops, naming what was not recorded; training itself never
+            waits for it, and a rerun finishes into the same run (:mod:`tfdist.tracking_outage`).
     """
 
     tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking")
@@ -232,6 +236,7 @@ class MlflowConfig:
     log_models: bool = _knob(True, decides=_TRAIN, role="operational")
     register_models: bool = _knob(False, decides=("train", "compare"), role="operational")
     registered_model: str = _knob("tfdist-mnist-classifier", decides=("train", "compare"), role="operational")
+    outage_timeout: float = _knob(120.0, decides=(), role="operational", gt=0)
 
     def __post_init__(self) -> None:
         if self.register_models and not self.log_models:

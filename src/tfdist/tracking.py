@@ -1,7 +1,10 @@
 """Everything MLflow: store, experiment, runs, params, metrics, models, tags.
 
-The only module that imports mlflow (``import mlflow`` alone costs seconds,
-so stages import this module only when they log).
+With :mod:`tfdist.tracking_outage` (what the chief does while the store does
+not answer), the only modules that import mlflow: ``import mlflow`` alone
+costs seconds, so stages import this module only when they log. TensorFlow
+is imported only by the functions that save or load a model, so the compare
+stage and a launcher closing its chief's run do not pay for it.
 """
 
 from __future__ import annotations
@@ -9,14 +12,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib
 import io
 import json
 import logging
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,15 +25,14 @@ from typing import Any
 import mlflow
 import mlflow.data
 import mlflow.tensorflow
-import sqlalchemy
-import sqlalchemy.exc
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 from mlflow.utils.git_utils import get_git_commit
 
 from tfdist.config import Config, MlflowConfig, identifying_params, to_flat_dict
 from tfdist.errors import InputError, Interrupted
-from tfdist.tf_imports import keras, tf
+from tfdist.tracking_outage import Patience, unreachable
+from tfdist.tracking_store import DATABASE_DRIVERS, probe_store, redact, store_uri
 from tfdist.workspace import workspace_root
 
 log = logging.getLogger(__name__)
@@ -53,28 +52,6 @@ _EXPERIMENT_NOTE = (
 )
 #: MLflow's own dataset digests are short; the full SHA-256 goes in the input's tags.
 _DATASET_DIGEST_CHARS = 16
-
-
-#: URI schemes of a database MLflow opens directly, and the Python driver SQLAlchemy (2.1+) loads for each.
-_DATABASE_DRIVERS = {"postgresql": "psycopg", "postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
-#: Seconds to wait for a database server before saying it does not answer (MLflow itself retries for ~100 s).
-_DATABASE_CONNECT_TIMEOUT = 5
-
-
-def store_uri(uri: str, cwd: Path | None = None) -> str:
-    """``uri`` with a relative sqlite path made absolute in the workspace (not in DVC's experiment copy)."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(workspace_root(cwd) / uri[len("sqlite:///"):])
-    return uri
-
-
-def redact(uri: str) -> str:
-    """``uri`` without its password, for messages and logs."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def configure(config: MlflowConfig) -> str:
@@ -101,7 +78,7 @@ def configure(config: MlflowConfig) -> str:
         except OSError as err:
             raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
         lock = _file_lock(database.with_name(database.name + ".lock"), shown)
-    elif scheme in _DATABASE_DRIVERS:
+    elif scheme in DATABASE_DRIVERS:
         lock = _file_lock(_local_artifacts() / ".store.lock", shown)
     mlflow.set_tracking_uri(uri)
     with lock:
@@ -110,20 +87,6 @@ def configure(config: MlflowConfig) -> str:
         except MlflowException as err:
             raise InputError(f"mlflow.tracking_uri {shown}: cannot use the tracking store ({err.message})") from None
     return experiment.experiment_id
-
-
-def probe_store(uri: str) -> str:
-    """Check in seconds that a server answers at ``uri``, or that its database driver is here and the database answers.
-
-    Returns the URI's scheme. Raises InputError naming the URI (password
-    hidden) and the fix.
-    """
-    scheme = uri.split(":", 1)[0].lower()
-    if scheme in ("http", "https"):
-        _probe_server(uri, redact(uri))
-    elif scheme in _DATABASE_DRIVERS:
-        _probe_database(uri, redact(uri), _DATABASE_DRIVERS[scheme])
-    return scheme
 
 
 def _local_artifacts() -> Path:
@@ -164,26 +127,6 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".") or "experiment"
 
 
-def _probe_database(uri: str, shown: str, driver: str) -> None:
-    """Fail in seconds, naming the URI and the fix, when the driver is missing or the database does not answer."""
-    try:
-        importlib.import_module(driver)
-    except ImportError:
-        fix = "install the postgres extra: pip install -e '.[postgres]'"
-        if driver != "psycopg":
-            fix = f"pip install {driver}-binary, or use postgresql://... with the postgres extra"
-        raise InputError(f"mlflow.tracking_uri {shown}: the PostgreSQL driver ({driver}) is not installed; {fix}") from None
-    engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": _DATABASE_CONNECT_TIMEOUT})
-    try:
-        with engine.connect():
-            pass
-    except sqlalchemy.exc.SQLAlchemyError as err:
-        reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-        raise InputError(f"mlflow.tracking_uri {shown}: cannot connect to the database ({reason})") from None
-    finally:
-        engine.dispose()
-
-
 @contextlib.contextmanager
 def _file_lock(path: Path, shown: str) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` for the block (released if the process dies)."""
@@ -197,28 +140,6 @@ def _file_lock(path: Path, shown: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-#: MLflow retries a failing HTTP request 7 times with backoff (minutes); a stage should fail in seconds.
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
-
-
-def _probe_server(uri: str, shown: str, timeout: float = 5.0) -> None:
-    """Fail in seconds, naming the URI, when no MLflow server answers there."""
-    for key, value in _HTTP_DEFAULTS.items():
-        os.environ.setdefault(key, value)
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
-            response.read(64)
-    except urllib.error.HTTPError as err:
-        if err.code >= 500:
-            raise InputError(f"mlflow.tracking_uri {shown}: the server answers with HTTP {err.code}; check it") from None
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise InputError(
-            f"mlflow.tracking_uri {shown}: no MLflow server answers ({reason}); start one "
-            "(python -m stages.server) or fix the URI"
-        ) from None
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -353,7 +274,7 @@ def runs_page(experiment_id: str, execution: str) -> str:
 @contextlib.contextmanager
 def start_run(
     name: str, params: Mapping[str, Any], tags: Mapping[str, str], resume_run_id: str | None = None,
-    parent_run_id: str | None = None, system_metrics: bool = False,
+    parent_run_id: str | None = None, system_metrics: bool = False, patience: Patience | None = None,
 ) -> Iterator[str]:
     """Open a run, log ``params`` and ``tags``, yield its id.
 
@@ -362,31 +283,50 @@ def start_run(
     at the following steps. With ``parent_run_id`` the run is nested under
     that one. With ``system_metrics`` MLflow samples CPU and memory use every
     :data:`SYSTEM_METRICS_INTERVAL` seconds while the run is open. The run
-    ends FINISHED on success, FAILED on an exception and KILLED on Ctrl-C,
-    never left RUNNING.
+    ends FINISHED on success (waiting within ``patience`` for a store that
+    stopped answering), FAILED on an exception and KILLED on Ctrl-C or
+    SIGTERM (one attempt each: a store that does not answer leaves it
+    RUNNING, for a rerun to reopen), never left RUNNING by a store that answers.
     """
     if system_metrics:
         mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL)
         mlflow.set_system_metrics_samples_before_logging(1)
     if resume_run_id and _exists(resume_run_id):
-        with mlflow.start_run(run_id=resume_run_id, log_system_metrics=system_metrics) as run, _killed_if_stopped():
-            mlflow.set_tags({**context_tags(), **tags})
-            yield run.info.run_id
-        return
-    with mlflow.start_run(run_name=name, tags={**context_tags(), **tags}, parent_run_id=parent_run_id,
-                          log_system_metrics=system_metrics) as run, _killed_if_stopped():
+        run = mlflow.start_run(run_id=resume_run_id, log_system_metrics=system_metrics)
+        mlflow.set_tags({**context_tags(), **tags})
+    else:
+        run = mlflow.start_run(run_name=name, tags={**context_tags(), **tags}, parent_run_id=parent_run_id,
+                               log_system_metrics=system_metrics)
         mlflow.log_params(flatten(params))
-        yield run.info.run_id
-
-
-@contextlib.contextmanager
-def _killed_if_stopped() -> Iterator[None]:
-    """A run stopped by SIGTERM ends KILLED, as one stopped by Ctrl-C does (MLflow would say FAILED)."""
+    run_id = run.info.run_id
     try:
-        yield
+        yield run_id
     except Interrupted:
-        mlflow.end_run("KILLED")
+        _end_run(run_id, "KILLED", None)
         raise
+    except BaseException:
+        _end_run(run_id, "FAILED", None)
+        raise
+    _end_run(run_id, "FINISHED", patience)
+
+
+def _end_run(run_id: str, status: str, patience: Patience | None) -> None:
+    """End the active run ``run_id`` with ``status``; a store that does not answer gets ``patience``, or one attempt."""
+    from mlflow.tracking import fluent
+
+    try:
+        mlflow.end_run(status)  # pops the active run, stops its system metrics, then tells the store
+        return
+    except Exception as err:
+        if not unreachable(err):
+            raise
+        monitor = fluent.run_id_to_system_metrics_monitor.pop(run_id, None)
+        if monitor is not None:
+            monitor.finish()
+    if patience is None:
+        log.warning("MLflow run %s stays RUNNING: the store did not answer when it ended %s", run_id, status)
+        return
+    patience.call(lambda: mlflow.MlflowClient().set_terminated(run_id, status=status), f"the run's end ({status})")
 
 
 def _exists(run_id: str) -> bool:
@@ -419,22 +359,14 @@ def close_if_running(run_id: str, status: str) -> bool:
     return True
 
 
-class EpochMetricsLogger(keras.callbacks.Callback):
-    """Logs every number of an epoch's logs to the active run, at ``step = epoch``.
-
-    One ``log_metrics`` call per epoch: no per-batch work on the training path.
-    """
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        metrics = {key: float(value) for key, value in (logs or {}).items()}
-        mlflow.log_metrics(metrics, step=epoch + 1)
-
-
-def log_metrics(metrics: Mapping[str, float], run_id: str | None = None) -> None:
-    """Log final (step-less) metrics to the active run, or reopen ``run_id``."""
+def log_metrics(metrics: Mapping[str, float], run_id: str | None = None, patience: Patience | None = None) -> None:
+    """Log final (step-less) metrics to the active run (waiting within ``patience``), or reopen ``run_id``."""
     values = {key: float(value) for key, value in metrics.items()}
     if run_id is None:
-        mlflow.log_metrics(values)
+        if patience is None:
+            mlflow.log_metrics(values)
+        else:
+            patience.call(lambda: mlflow.log_metrics(values), "the summary metrics")
         return
     with reopen(run_id):
         mlflow.log_metrics(values)
@@ -453,10 +385,12 @@ def reopen(run_id: str) -> Iterator[None]:
 
 def _pip_requirements() -> list[str]:
     # Given explicitly: MLflow's own inference imports the model and takes seconds.
+    from tfdist.tf_imports import keras, tf
+
     return [f"tensorflow=={tf.__version__}", f"tf-keras=={keras.__version__}", f"mlflow=={mlflow.__version__}"]
 
 
-def _model_kwargs(model: keras.Model, example: Any) -> dict[str, Any]:
+def _model_kwargs(model: Any, example: Any) -> dict[str, Any]:
     return {
         "signature": infer_signature(example, model.predict(example, verbose=0)),
         "input_example": example,
@@ -465,28 +399,32 @@ def _model_kwargs(model: keras.Model, example: Any) -> dict[str, Any]:
 
 
 def save_model(
-    model: keras.Model, path: Path, example: Any, log_to_run: bool, register_as: str | None = None,
-    version_tags: Mapping[str, str] | None = None,
+    model: Any, path: Path, example: Any, log_to_run: bool, register_as: str | None = None,
+    version_tags: Mapping[str, str] | None = None, patience: Patience | None = None,
 ) -> str | None:
     """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc).
 
     With ``log_to_run`` it is also logged to the active run as ``model``; the
     signature (one prediction) is computed once for both. With ``register_as``
     the logged model becomes a new version of that registered model, tagged
-    with ``version_tags``; the version is returned.
+    with ``version_tags``; the version is returned. With ``patience``, logging
+    waits for a store (or its artifact store) that stopped answering.
     """
+    patience = patience or Patience(0.0, "")
     # MLflow validates the input example with a Keras predict that draws a progress bar on stdout.
     with contextlib.redirect_stdout(io.StringIO()):
         kwargs = _model_kwargs(model, example)
         mlflow.tensorflow.save_model(model, str(path), **kwargs)
         if not log_to_run:
             return None
-        info = mlflow.tensorflow.log_model(model, name="model", registered_model_name=register_as, **kwargs)
+        info = patience.call(lambda: mlflow.tensorflow.log_model(
+            model, name="model", registered_model_name=register_as, **kwargs), "the model")
     version = info.registered_model_version
     if register_as and version is not None:
         client = mlflow.MlflowClient()
         for key, value in (version_tags or {}).items():
-            client.set_model_version_tag(register_as, str(version), key, str(value))
+            patience.call(lambda key=key, value=value: client.set_model_version_tag(
+                register_as, str(version), key, str(value)), "the model version's tags")
         log.info("registered the model as %s version %s", register_as, version)
     return None if version is None else str(version)
 
@@ -512,7 +450,7 @@ def set_champion(registered_model: str, run_ids: list[str]) -> str | None:
     return None
 
 
-def load_model(path: Path) -> keras.Model:
+def load_model(path: Path) -> Any:
     """Load a Keras model saved by :func:`save_model`.
 
     Raises:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,13 +36,16 @@ def serving(command: list[str], cwd: Path, url: str, env: dict[str, str] | None 
             timeout: float = 90) -> Iterator[subprocess.Popen]:
     """Run an MLflow server ``command`` (``make ui``, ``make server``) until its ``/health`` says OK; stop it after.
 
-    Its output (stdout and stderr) stays readable on ``process.stdout``; a
-    server that dies or does not answer within ``timeout`` fails the test with it.
+    Its output (stdout and stderr) goes to a file, ``process.output()`` reads
+    it (a pipe nobody reads would stop a server that logs a traceback per failed
+    request once it filled); a server that dies or does not answer within
+    ``timeout`` fails the test with it.
     """
     env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
            **(env or {})}
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    log = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log", delete=False)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process.output = lambda: Path(log.name).read_text(errors="replace")
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -52,8 +56,9 @@ def serving(command: list[str], cwd: Path, url: str, env: dict[str, str] | None 
             except OSError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                os.killpg(process.pid, signal.SIGKILL)
-                pytest.fail(f"no MLflow server came up at {url}:\n{process.stdout.read()[-3000:]}")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                pytest.fail(f"no MLflow server came up at {url}:\n{process.output()[-3000:]}")
             time.sleep(0.5)
         yield process
     finally:
@@ -64,6 +69,7 @@ def serving(command: list[str], cwd: Path, url: str, env: dict[str, str] | None 
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        process.stdout.close()
+        log.close()
+        os.unlink(log.name)
 
 

@@ -57,7 +57,7 @@ def ui(project):
     (port,) = free_ports()
     url = f"http://127.0.0.1:{port}"
     with serving([sys.executable, "-m", "stages.ui", "--port", str(port)], project, url) as server:
-        printed = [server.stdout.readline() for _ in range(2)]  # printed before mlflow started
+        printed = server.output().splitlines(keepends=True)[:2]  # printed before mlflow started
         yield UI(url, server, printed[1].strip())
 
 

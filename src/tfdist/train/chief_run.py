@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from tfdist import atomic, tracking
@@ -20,40 +21,100 @@ from tfdist.data.prepared import load_split, splits_digest
 from tfdist.hardware import CpuMeter, Hardware, describe
 from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
 from tfdist.tf_imports import keras, tf
+from tfdist.tracking_outage import MetricsOutbox, Patience, StoreUnreachable
+from tfdist.tracking_store import redact
 from tfdist.train.callbacks import Diverged
 from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
+from tfdist.train.resume import RunBackup
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
 
 log = logging.getLogger(__name__)
+
+#: The backup's record of epoch metrics the store has not taken yet (sent by a rerun).
+UNSENT_METRICS = "unsent_metrics"
+
+
+class TrackedEpochs(keras.callbacks.Callback):
+    """Hands each epoch's logs to the run's metrics outbox, which never makes training wait for the store.
+
+    While the store does not answer, what it has not taken is kept in the
+    backup every epoch too, so a crash in an outage loses none of it.
+    """
+
+    def __init__(self, outbox: MetricsOutbox, backup: RunBackup):
+        super().__init__()
+        self.outbox, self.backup = outbox, backup
+        self._kept = bool(backup.state.get(UNSENT_METRICS))
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.outbox.put({key: float(value) for key, value in (logs or {}).items()}, step=epoch + 1)
+        if self.outbox.patience.down or self._kept:
+            unsent = self.outbox.unsent()
+            self.backup.save(**{UNSENT_METRICS: unsent})
+            self._kept = bool(unsent)
 
 
 class ChiefRun(TaskRun):
     """A training run that tracks in MLflow, saves the model and reports: the only process, or a cluster's chief."""
 
     def train(self) -> TrainOutputs:
-        """Track, train, save and report: what the train stage writes."""
+        """Track, train, save and report: what the train stage writes.
+
+        The model is staged and renamed into place only once the run has
+        recorded it and ended: a store that stops answering for good
+        (:mod:`tfdist.tracking_outage`) leaves no output, and the backup keeps
+        what a rerun needs to finish into the same run without training.
+        """
         parent = self.open()
         support = announce(self.config.train.precision)
         resumed_run_id = self.backup.run_id
-        with tracking.start_run(self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id,
-                                parent_run_id=parent, system_metrics=True) as run_id:
-            self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
-            if run_id != resumed_run_id:  # a resumed run has its input already
-                self.log_dataset()
-            try:
-                with CpuMeter() as cpu:
-                    result = self.fit([tracking.EpochMetricsLogger()])
-            except Diverged as err:
-                tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
-                raise
-            costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
-            digest = self.save(result)
-            tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)})
+        patience = Patience(self.config.mlflow.outage_timeout, redact(self.config.mlflow.tracking_uri))
+        run_id, outbox = resumed_run_id, None
+        try:
+            with atomic.atomic_path(self.paths.model) as staged_model, tracking.start_run(
+                    self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
+                    system_metrics=True, patience=patience) as run_id:
+                self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
+                outbox = MetricsOutbox(run_id, patience, self.backup.state.get(UNSENT_METRICS, ()))
+                try:
+                    if run_id != resumed_run_id:  # a resumed run has its input already
+                        self.log_dataset()
+                    try:
+                        with CpuMeter() as cpu:
+                            result = self.fit([TrackedEpochs(outbox, self.backup)])
+                    except Diverged as err:
+                        tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
+                        raise
+                    patience.restart_clock()
+                    costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
+                    digest = self.save(result, staged_model, patience)
+                    tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)},
+                                         patience=patience)
+                    outbox.flush()
+                finally:
+                    outbox.close()
+        except StoreUnreachable as err:
+            unsent = outbox.unsent() if outbox else []
+            self.backup.save(**{UNSENT_METRICS: unsent})
+            raise StoreUnreachable(self.not_recorded(str(err), run_id, unsent, patience)) from None
         self.backup.remove()
         return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)
+
+    def not_recorded(self, stopped_at: str, run_id: str | None, unsent: list, patience: Patience) -> str:
+        """The one line for a store that never came back: what it lacks, and that a rerun finishes the run."""
+        phases = ["the model", "the summary metrics", "the run's end (FINISHED)"]
+        missing = phases[next((i for i, phase in enumerate(phases) if stopped_at.startswith(phase)), 0):]
+        if unsent:
+            epochs = sorted({row[3] for row in unsent})
+            missing.insert(0, f"the metrics of epoch{'s' if len(epochs) > 1 else ''} "
+                              f"{epochs[0]}{f'-{epochs[-1]}' if len(epochs) > 1 else ''}")
+        return (f"mlflow.tracking_uri {patience.shown} did not answer for {patience.timeout:.0f} s "
+                f"(mlflow.outage_timeout); not recorded in MLflow run {run_id}: {', '.join(missing)}. Nothing is lost: "
+                f"{self.backup.folder} keeps the trained weights and what was not sent; once the store answers, run "
+                "this stage again and it finishes into the same run without training again")
 
     def open(self) -> str:
         """Point tracking at the store (fails in seconds when it is bad); retire backups of changed params.
@@ -95,19 +156,18 @@ class ChiefRun(TaskRun):
         tracking.log_dataset(self.train_split.x, self.train_split.y, "mnist", sha256,
                              source=str(self.paths.prepared.resolve()), context="training")
 
-    def save(self, result: TrainResult) -> str:
-        """Save the trained weights as a float32 model (atomically; logged and registered per params); their digest."""
+    def save(self, result: TrainResult, path: Path, patience: Patience) -> str:
+        """Save the trained weights as a float32 model at ``path`` (logged and registered per params); their digest."""
         model = export_copy(result.model, self.config.model)
         digest = weights_digest(model)
         log.info("%s: final weights sha256 %s", self.task.name if self.task else self.name, digest)
         mlflow = self.config.mlflow
-        with atomic.atomic_path(self.paths.model) as tmp:
-            tracking.save_model(
-                model, tmp, self.train_split.x[:5], log_to_run=mlflow.log_models,
-                register_as=mlflow.registered_model if mlflow.register_models else None,
-                version_tags={"strategy": self.info.name, "run_name": self.name, "loop": self.config.train.loop,
-                              "precision": self.config.train.precision},
-            )
+        tracking.save_model(
+            model, path, self.train_split.x[:5], log_to_run=mlflow.log_models,
+            register_as=mlflow.registered_model if mlflow.register_models else None,
+            version_tags={"strategy": self.info.name, "run_name": self.name, "loop": self.config.train.loop,
+                          "precision": self.config.train.precision}, patience=patience,
+        )
         return digest
 
     def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,

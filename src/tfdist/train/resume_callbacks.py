@@ -60,6 +60,10 @@ class _ResumeAnnouncer(keras.callbacks.Callback):
                 resume_log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
                          self.folder, epoch, epoch + 1)
 
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self.first_epoch is None:
+            resume_log.info("resuming from the backup in %s: every epoch is done, nothing left to train", self.folder)
+
 
 class _HistoryRecorder(keras.callbacks.Callback):
     """Writes each epoch's logs to ``state.json`` before the model backup of that epoch."""

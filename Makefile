@@ -6,10 +6,10 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser-deps postgres slurm repro test test-fast lint lock ui server experiments plots clean
+.PHONY: help install browser-deps postgres slurm repro test test-fast lint lock ui server s3 push pull experiments plots clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 install: $(VENV)/.installed vega/offline.html ## Create .venv and install tfdist with its dev extras, and the offline plots template
 
@@ -89,8 +89,18 @@ lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reins
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)
 
-server: install ## A team's MLflow server on PostgreSQL (make postgres first), artifacts proxied: http://127.0.0.1:$(PORT)
-	python -m stages.server --port $(PORT)
+server: install ## A team's MLflow server on PostgreSQL (make postgres first), artifacts proxied (ARGS="--artifacts-destination s3://tfdist/mlflow")
+	python -m stages.server --port $(PORT) $(ARGS)
+
+S3_PORT ?= 8333
+s3: install ## A local S3 store (SeaweedFS) on 127.0.0.1:$(S3_PORT) for the DVC remote and MLflow artifacts (needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
+	python -m stages.s3 --port $(S3_PORT)
+
+push: install ## dvc push to the team's S3 remote, checked first (one line if the endpoint, keys or bucket are wrong)
+	python -m stages.remote push $(ARGS)
+
+pull: install ## dvc pull from the team's S3 remote: a fresh clone's dvc repro is then a no-op
+	python -m stages.remote pull $(ARGS)
 
 experiments: install ## List experiments: the params that decide a result and the headline metrics (dvc exp show, trimmed)
 	python -m stages.experiments

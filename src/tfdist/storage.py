@@ -12,6 +12,7 @@ boto3 is the ``s3`` extra's; it is imported only here, when a check runs.
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.parse
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ def client(location: S3Location, access_key: str | None = None, secret_key: str 
     try:
         import boto3
         from botocore.config import Config as BotoConfig
+        logging.getLogger("botocore.credentials").setLevel(logging.WARNING)  # not "Found credentials in ..."
     except ImportError:
         raise InputError(f"{location.where}: boto3 is not installed; install the s3 extra: pip install -e '.[s3]'") from None
     return boto3.client(

@@ -1,6 +1,7 @@
 """The whole pipeline as a user runs it: ``dvc repro``, ``dvc exp run``, ``dvc plots`` in a copy of the repo."""
 
 import json
+import shutil
 import sys
 
 import mlflow
@@ -10,6 +11,7 @@ import yaml
 from helpers.browser import draw_offline
 from helpers.project import run_in_project
 from helpers.reports import default_labels
+from helpers.s3 import s3_store
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("mirrored", "central_storage", "multi_worker_mirrored", "parameter_server")
@@ -87,6 +89,37 @@ def test_dvc_plots_show_renders_every_run_confusion_and_figures(project):
     assert sorted(p.name for p in (project / "plots" / "static").glob("*.png")) == [
         "workspace_reports_compare_figures_accuracy_vs_time.png", "workspace_reports_compare_figures_loss_curves.png",
         "workspace_reports_compare_figures_throughput.png"]
+
+
+def test_a_teammate_pulls_what_was_pushed_to_the_s3_remote_and_repro_is_a_no_op(project, tmp_path, monkeypatch):
+    """make push from one clone, make pull into a fresh clone of it: nothing trains, diffs and plots work."""
+    with s3_store(tmp_path / "s3") as s3:
+        for key, value in s3.env.items():
+            monkeypatch.setenv(key, value)  # the keys reach DVC and the check through the environment only
+        first = tmp_path / "first"
+        local = {"mlruns", ".tfdist", "plots"}  # the store, backups, a plots page: the workspace's own, not results
+        shutil.copytree(project, first, symlinks=True,
+                        ignore=lambda folder, names: [n for n in names if folder == str(project) and n in local])
+        git = ["git", "-c", "user.name=tfdist tests", "-c", "user.email=tests@tfdist.invalid"]
+        run_in_project([*git, "add", "-A"], first)
+        run_in_project([*git, "commit", "-q", "-m", "the default pipeline's results"], first)
+        run_in_project(["dvc", "remote", "modify", "--local", "team", "endpointurl", s3.endpoint], first)
+        pushed = run_in_project([sys.executable, "-m", "stages.remote", "push"], first)
+        assert "pushed" in pushed and any(key.startswith("dvc/files/md5/") for key in s3.keys("dvc/")), pushed
+
+        second = tmp_path / "second"
+        run_in_project(["git", "clone", "-q", str(first), str(second)], tmp_path)
+        run_in_project(["dvc", "remote", "modify", "--local", "team", "endpointurl", s3.endpoint], second)
+        run_in_project([sys.executable, "-m", "stages.remote", "pull"], second)
+        assert (second / "models" / "normal" / "MLmodel").is_file() and (second / "data" / "prepared").is_dir()
+        repro = run_in_project(["dvc", "repro"], second)
+        assert "Running stage" not in repro and "Data and pipelines are up to date" in repro, repro
+        assert run_in_project([sys.executable, "-m", "stages.remote", "status"], second).strip().endswith(
+            "Cache and remote 'team' are in sync.")
+    diff = run_in_project(["dvc", "metrics", "diff", "HEAD", "--all"], second)
+    assert "test_accuracy" in diff, diff
+    run_in_project(["dvc", "plots", "diff", "HEAD", "-o", "plots"], second)
+    assert "Validation accuracy per epoch" in (second / "plots" / "index.html").read_text()
 
 
 def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):

@@ -35,6 +35,16 @@ log = logging.getLogger(__name__)
 
 #: The backup's record of epoch metrics the store has not taken yet (sent by a rerun).
 UNSENT_METRICS = "unsent_metrics"
+_END = "the run's end (FINISHED)"
+#: What a run lacks when the store stopped answering at each of its last writes, in their order
+#: (the epochs' metrics are named by epoch, from what the outbox still holds).
+_MISSING_AFTER = {
+    "the model": ("the model", "the summary metrics", _END),
+    "the model version's tags": ("the model version's tags", "the summary metrics", _END),
+    "the summary metrics": ("the summary metrics", _END),
+    "the epochs' metrics": (_END,),
+    _END: (_END,),
+}
 
 
 class TrackedEpochs(keras.callbacks.Callback):
@@ -105,8 +115,7 @@ class ChiefRun(TaskRun):
 
     def not_recorded(self, stopped_at: str, run_id: str | None, unsent: list, patience: Patience) -> str:
         """The one line for a store that never came back: what it lacks, and that a rerun finishes the run."""
-        phases = ["the model", "the summary metrics", "the run's end (FINISHED)"]
-        missing = phases[next((i for i, phase in enumerate(phases) if stopped_at.startswith(phase)), 0):]
+        missing = list(_MISSING_AFTER.get(stopped_at, _MISSING_AFTER["the model"]))
         if unsent:
             epochs = sorted({row[3] for row in unsent})
             missing.insert(0, f"the metrics of epoch{'s' if len(epochs) > 1 else ''} "

@@ -1,0 +1,88 @@
+"""The team's object store checked in seconds: a real S3 store (SeaweedFS, ``make s3``) and every way to get it wrong.
+
+Each wrong input is one line naming the URL, never the keys, exit 2, before
+any server starts or DVC moves a byte.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfdist import storage
+from tfdist.errors import InputError
+
+from helpers.s3 import ACCESS_KEY, SECRET_KEY, s3_store
+from helpers.servers import free_ports
+
+#: A check that answers in seconds, with room for a loaded machine (about 1-3 s measured here).
+CHECK_BOUND = 20
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with s3_store(tmp_path_factory.mktemp("s3")) as store:
+        yield store
+
+
+def run(command: list[str], cwd, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    base = {key: value for key, value in __import__("os").environ.items() if not key.startswith(("AWS_", "MLFLOW_"))}
+    result = subprocess.run(command, cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=120)
+    return result, time.monotonic() - started
+
+
+def test_the_store_serves_its_bucket_to_its_keys(s3):
+    storage.check_bucket(storage.parse_s3_url(f"s3://{s3.bucket}/dvc", s3.endpoint), "the remote", ACCESS_KEY, SECRET_KEY)
+    s3.client().put_object(Bucket=s3.bucket, Key="probe/one", Body=b"1")
+    assert "probe/one" in s3.keys("probe/")
+
+
+@pytest.mark.parametrize(("case", "keys", "bucket", "endpoint", "says"), [
+    ("no store there", (ACCESS_KEY, SECRET_KEY), "tfdist", "dead", "no S3 store answers there; start it (make s3)"),
+    ("a wrong secret", (ACCESS_KEY, "not-the-secret"), "tfdist", "live", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+    ("an unknown key", ("nobody", SECRET_KEY), "tfdist", "live", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+    ("no such bucket", (ACCESS_KEY, SECRET_KEY), "missing-bucket", "live", "there is no bucket 'missing-bucket'"),
+])
+def test_a_wrong_server_artifact_store_is_one_line_naming_it_in_seconds(s3, tmp_path, case, keys, bucket, endpoint, says):
+    (port,) = free_ports()
+    url = s3.endpoint if endpoint == "live" else f"http://127.0.0.1:{free_ports()[0]}"
+    result, seconds = run([sys.executable, "-m", "stages.server", "--backend-store-uri", f"sqlite:///{tmp_path}/s.db",
+                           "--port", str(port), "--artifacts-destination", f"s3://{bucket}/mlflow",
+                           "--s3-endpoint-url", url], tmp_path,
+                          {"AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1]})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: --artifacts-destination s3://{bucket}/mlflow at {url}: "), lines
+    assert says in lines[0]
+    assert keys[1] not in result.stderr + result.stdout
+    assert seconds < CHECK_BOUND, f"{case}: {seconds:.1f} s"
+
+
+def test_a_dvc_remote_with_the_wrong_keys_stops_before_dvc_naming_the_remote(s3, tmp_path):
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / ".dvc" / "config").write_text(
+        f"[core]\n    remote = team\n['remote \"team\"']\n    url = s3://{s3.bucket}/dvc\n    endpointurl = {s3.endpoint}\n")
+    (tmp_path / ".dvc" / "config.local").write_text(
+        f"['remote \"team\"']\n    access_key_id = {ACCESS_KEY}\n    secret_access_key = wrong-local-secret\n")
+    result, seconds = run([sys.executable, "-m", "stages.remote", "push"], tmp_path, {})
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: DVC remote team s3://{s3.bucket}/dvc at {s3.endpoint}: "), line
+    assert line.endswith("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to keys the store accepts")
+    assert "wrong-local-secret" not in result.stderr and seconds < CHECK_BOUND
+    (tmp_path / ".dvc" / "config.local").write_text(
+        f"['remote \"team\"']\n    access_key_id = {ACCESS_KEY}\n    secret_access_key = {SECRET_KEY}\n")
+    result, _ = run([sys.executable, "-m", "stages.remote", "status"], tmp_path, {})
+    assert result.returncode == 0, result.stderr  # the keys of DVC's local config reach the check and DVC alike
+
+
+def test_a_remote_that_is_not_configured_or_not_s3_is_named():
+    with pytest.raises(InputError, match=r"is not an S3 URL; give s3://BUCKET/PREFIX"):
+        storage.parse_s3_url("gs://bucket/x", None, "DVC remote team")
+    with pytest.raises(InputError, match=r"endpoint '\*\*\*' is not an http"):
+        storage.parse_s3_url("s3://bucket/x", "***", "DVC remote team")

@@ -5,6 +5,7 @@ import os
 from tfdist.config import load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.reports import RunPaths, TrainReport, read_report, write_report
+from tfdist.tracking_outage import Patience
 from tfdist.train.chief_run import ChiefRun
 from tfdist.train.precision import hardware_support
 from tfdist.train.step_costs import Costs
@@ -28,7 +29,7 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     result = run.fit()
     assert [row["epoch"] for row in result.history] == [1]
     assert (run.backup.folder / "state.json").is_file(), "the epoch was backed up"
-    digest = run.save(result)
+    digest = run.save(result, paths.model, Patience(30.0, "the test store"))
     assert (paths.model / "MLmodel").is_file() and len(digest) == 64
 
     report = run.report(result, digest, "", hardware_support("float32"), cpu_percent=50.0, costs=Costs([1], 0))

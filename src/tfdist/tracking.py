@@ -24,7 +24,6 @@ from typing import Any
 
 import mlflow
 import mlflow.data
-import mlflow.tensorflow
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 from mlflow.utils.git_utils import get_git_commit
@@ -410,6 +409,8 @@ def save_model(
     with ``version_tags``; the version is returned. With ``patience``, logging
     waits for a store (or its artifact store) that stopped answering.
     """
+    import mlflow.tensorflow  # imports TensorFlow: only where a model is saved
+
     patience = patience or Patience(0.0, "")
     # MLflow validates the input example with a Keras predict that draws a progress bar on stdout.
     with contextlib.redirect_stdout(io.StringIO()):
@@ -458,6 +459,8 @@ def load_model(path: Path) -> Any:
     """
     if not (Path(path) / "MLmodel").is_file():
         raise InputError(f"{path} is not a saved model (no MLmodel file); run the train stage first")
+    import mlflow.tensorflow  # imports TensorFlow: only where a model is loaded
+
     return mlflow.tensorflow.load_model(str(path))
 
 

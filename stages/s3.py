@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import click
 from stages._cli import program, stage_errors
 from stages._serving import LOOPBACK_HOSTS, check_free
 from tfdist import storage
+from tfdist.cluster.ports import free_ports
 from tfdist.errors import InputError, RunError
 from tfdist.workspace import workspace_root
 
@@ -73,20 +73,9 @@ def _kept_ports(path: Path, host: str, count: int = 7) -> list[int]:
             return ports
     except (OSError, ValueError):
         pass
-    ports = _free_ports(host, count)
+    ports = free_ports(count, host)  # booked for this process: no local launch is handed them meanwhile
     path.write_text(json.dumps(ports))
     return ports
-
-
-def _free_ports(host: str, count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def write_identity(folder: Path, access_key: str, secret_key: str) -> Path:

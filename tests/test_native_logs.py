@@ -83,17 +83,17 @@ def test_the_filter_drops_chatter_keeps_the_rest_and_loses_nothing_on_a_hard_exi
 
 
 @pytest.mark.parametrize(("show", "chatter_shown"), [(None, False), ("1", True)])
-def test_a_stage_that_loads_tensorflow_prints_only_its_own_lines(tmp_path, show, chatter_shown):
-    tiny_params(tmp_path)
+def test_a_stage_that_loads_tensorflow_prints_only_its_own_lines(tmp_path, prepared_copy, show, chatter_shown):
+    tiny_params(tmp_path, train={"batch_size": 100_000})
     env = {key: value for key, value in os.environ.items() if key != "TFDIST_TF_LOGS"}
     if show:
         env["TFDIST_TF_LOGS"] = show
-    # evaluate loads TensorFlow (through MLflow's flavor) before it finds there is no model: exit 2, one line
-    result = subprocess.run([sys.executable, str(REPO / "stages" / "evaluate.py"), "--name", "missing"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: data/prepared/test.npz not found")
+    # train loads TensorFlow and builds the strategy before it finds the batch larger than the data: exit 2, one line
+    result = subprocess.run([sys.executable, str(REPO / "stages" / "train.py"), "--strategy", "default", "--name", "big"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("INFO ")]
+    assert lines[-1].startswith("error: train.batch_size 100000 x 1 replicas"), lines
     assert (len(lines) > 1) is chatter_shown, lines
 
 

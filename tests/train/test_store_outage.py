@@ -128,7 +128,18 @@ def test_a_server_that_never_comes_back_ends_the_stage_in_time_and_a_rerun_finis
     assert (tmp_path / "models" / "normal" / "MLmodel").is_file()
 
 
-def test_the_object_store_behind_the_server_down_while_the_model_is_logged(tmp_path, prepared_copy, monkeypatch):
+@contextlib.contextmanager
+def tracking_uri(url: str):
+    """MLflow's process-wide tracking URI set to ``url``, and given back as other tests left it."""
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(url)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)
+
+
+def test_the_object_store_behind_the_server_down_while_the_model_is_logged(tmp_path, prepared_copy):
     with s3_store(tmp_path / "s3") as s3:
         (port,) = free_ports()
         url = f"http://127.0.0.1:{port}"
@@ -150,8 +161,8 @@ def test_the_object_store_behind_the_server_down_while_the_model_is_logged(tmp_p
             assert stage.returncode == 0, output[-4000:]
             client = mlflow.MlflowClient(url)
             (run,) = client.search_runs([client.get_experiment_by_name("tests").experiment_id], "tags.stage = 'train'")
-            monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
-            model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")  # downloaded through the server
+            with tracking_uri(url):  # a logged model is fetched through the process-wide tracking URI
+                model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")  # downloaded through the server
             digits = np.load(prepared_copy / "test.npz")
             predicted = np.asarray(model.predict(digits["x"][:50])).argmax(axis=1)
             assert (predicted == digits["y"][:50]).mean() > 0.5

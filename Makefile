@@ -20,10 +20,13 @@ UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
+# --compile-bytecode: uv (unlike pip) installs no .pyc, and where PYTHONDONTWRITEBYTECODE is set (as on the
+# project's machines) none is ever written, so every process compiled TensorFlow's and MLflow's sources again:
+# import tensorflow 11 s without, 4-5 s with (docs/performance.md, "Start-up").
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact
+	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact --compile-bytecode
 	touch $@
 
 # dvc plots show draws with Vega inlined in its page (no CDN): from vl-convert-python, pinned in uv.lock (no Node.js).
@@ -72,7 +75,7 @@ slurm: ## Install Debian's slurm-wlm and munge for the Slurm tests, if missing (
 	@command -v slurmd >/dev/null || { echo "error: slurmd not found; install Debian's slurm-wlm"; exit 1; }
 
 test: install browser-deps postgres slurm ## Run the whole test suite, slow end-to-end, browser, PostgreSQL and engine tests included (as CI does)
-	python -m pytest --durations=25
+	python -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
 test-fast: install ## Run the tests but the slow end-to-end ones
 	python -m pytest -m "not slow"
@@ -84,7 +87,7 @@ lint: install ## Check style with ruff, and that uv.lock matches pyproject.toml
 lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reinstall (commit uv.lock)
 	test -x $(UV) || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); }
 	$(UV) lock --upgrade
-	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact
+	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact --compile-bytecode
 
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
 	python -m stages.ui --port $(PORT)

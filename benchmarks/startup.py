@@ -1,16 +1,28 @@
-"""Benchmark 6: what each stage costs before it does its work, and a no-op ``dvc repro``.
+"""Benchmark 5: what each stage costs before it does its work, with and without compiled bytecode.
 
-Runs each stage command once in a scratch copy of the project (offline sample,
+Runs each stage command in a scratch copy of the project (offline sample,
 1 epoch, models not logged) and reports its wall time; for training, also the
 report's ``startup_seconds`` (process start to the first call of ``fit``).
 
-    python benchmarks/startup.py
+Every command runs twice, side by side: once as installed (``make install``
+compiles every package's ``.pyc``: ``uv sync --compile-bytecode``) and once
+as a venv without them on a machine where ``PYTHONDONTWRITEBYTECODE`` is set
+(uv, unlike pip, writes no ``.pyc`` by default, and that variable stops Python
+writing any): ``PYTHONPYCACHEPREFIX`` pointed at an empty folder makes Python
+look for bytecode there only, so it compiles every module from source, every
+time, as it did.
+
+    python benchmarks/startup.py              # the commands (about 2 min)
+    python benchmarks/startup.py --pipeline   # also a fresh dvc repro of a clone, both ways (about 8 min)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,28 +33,87 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+SETS = ["--set", "train.epochs=1", "--set", "mlflow.log_models=false", "--set", "data.source=sample"]
 
 
-def timed(command: list[str], cwd: Path) -> float:
+def environments(scratch: Path) -> dict[str, dict[str, str]]:
+    """The two ways of running: without any .pyc (compiled from source each time), and as installed."""
+    empty = scratch / "no-bytecode"
+    empty.mkdir()
+    base = {key: value for key, value in os.environ.items() if key != "PYTHONPYCACHEPREFIX"}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"  # dvc's stages run this python
+    return {"no .pyc": {**base, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)},
+            ".pyc": base}
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=True)
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} exited {result.returncode}:\n{result.stderr[-2000:]}")
     return time.perf_counter() - start
 
 
-def main() -> None:
-    work = Path(tempfile.mkdtemp(prefix="tfdist-bench-startup-"))
-    shutil.copy(ROOT / "params.yaml", work / "params.yaml")
+def startups(reports: Path) -> dict[str, float]:
+    return {path.stem: json.loads(path.read_text()).get("startup_seconds") or 0.0
+            for path in sorted(reports.glob("*.json"))}
+
+
+def commands(work: Path, envs: dict[str, dict[str, str]], repeats: int) -> list[list[str]]:
     python = sys.executable
-    sets = ["--set", "train.epochs=1", "--set", "mlflow.log_models=false", "--set", "data.source=sample"]
-    rows = [["import tfdist.train.stage (the train entry)", timed([python, "-c", "import tfdist.train.stage"], work), ""],
-            ["import tensorflow (tf_keras)", timed([python, "-c", "import tfdist.tf_imports"], work), ""],
-            ["import mlflow", timed([python, "-c", "import mlflow"], work), ""],
-            ["preprocess", timed([python, str(ROOT / "stages/preprocess.py"), *sets], work), ""]]
-    seconds = timed([python, str(ROOT / "stages/train.py"), "--strategy", "default", "--name", "normal", *sets], work)
-    startup = json.loads((work / "reports/train/normal.json").read_text())["startup_seconds"]
-    rows.append(["train (normal, 1 epoch)", seconds, f"{startup:.1f}"])
-    rows.append(["evaluate", timed([python, str(ROOT / "stages/evaluate.py"), "--name", "normal", *sets], work), ""])
-    print(table(["command", "wall time (s)", "start-up to fit (s)"], [[r[0], f"{r[1]:.1f}", r[2]] for r in rows]))
+    stages = ROOT / "stages"
+    cases = [("import tfdist.train.stage (the train entry)", [python, "-c", "import tfdist.train.stage"]),
+             ("import tensorflow (tf_keras)", [python, "-c", "import tfdist.tf_imports"]),
+             ("import mlflow", [python, "-c", "import mlflow"]),
+             ("preprocess", [python, str(stages / "preprocess.py"), *SETS]),
+             ("train (normal, 1 epoch)", [python, str(stages / "train.py"), "--strategy", "default", "--name", "normal",
+                                          *SETS]),
+             ("evaluate", [python, str(stages / "evaluate.py"), "--name", "normal", *SETS])]
+    rows = []
+    for label, command in cases:
+        walls: dict[str, list[float]] = {way: [] for way in envs}
+        fits: dict[str, list[float]] = {way: [] for way in envs}
+        for _ in range(repeats):
+            for way, env in envs.items():  # alternated, so both ways see the same machine
+                walls[way].append(timed(command, work, env))
+                if label.startswith("train"):
+                    fits[way].append(startups(work / "reports/train")["normal"])
+        old, new = (statistics.median(walls[way]) for way in envs)
+        fit = " → ".join(f"{statistics.median(fits[way]):.1f}" for way in envs) if fits[".pyc"] else ""
+        rows.append([label, f"{old:.1f}", f"{new:.1f}", f"{old / new:.1f}×", fit])
+    return rows
+
+
+def pipeline(scratch: Path, envs: dict[str, dict[str, str]]) -> list[list[str]]:
+    """A fresh ``dvc repro`` of a clone of this project, each way, one after the other."""
+    rows = []
+    for way, env in envs.items():
+        clone = scratch / f"clone-{way.strip('. ').replace(' ', '-')}"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        seconds = timed([str(Path(sys.executable).parent / "dvc"), "repro", "--quiet"], clone, env)
+        starts = startups(clone / "reports/train")
+        rows.append([way, f"{seconds:.0f}", ", ".join(f"{name} {value:.1f}" for name, value in starts.items())])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", action="store_true", help="also time a fresh dvc repro of a clone, both ways")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each command each way (median shown)")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="tfdist-bench-startup-"))
+    try:
+        work = scratch / "project"
+        work.mkdir()
+        shutil.copy(ROOT / "params.yaml", work / "params.yaml")
+        envs = environments(scratch)
+        print(table(["command", "no .pyc (s)", ".pyc (s)", "ratio", "start-up to fit (s)"],
+                    commands(work, envs, args.repeats)))
+        if args.pipeline:
+            print()
+            print(table(["fresh dvc repro", "wall time (s)", "train start-ups (s)"], pipeline(scratch, envs)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,47 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import devices  # noqa: F401  (splits the CPU into logical devices before any TensorFlow op)
-from helpers.project import copy_project, run_in_project, tiny_params
+from helpers.project import REPO, copy_project, run_in_project, tiny_params
+
+#: Files whose tests share the session's pipeline run (and browser): one worker runs them all, so the run is made once.
+SHARED_PIPELINE = ("tests/pipeline/test_browser.py", "tests/pipeline/test_pipeline_e2e.py")
+
+#: The longest groups first (make test's --durations), so that the two workers of ``-n 2`` finish together.
+LONGEST_FIRST = ("pipeline", "tests/pipeline/test_teams.py", "tests/cluster/test_ray_launcher.py",
+                 "tests/train/test_store_outage.py", "tests/train/test_resume.py", "tests/cluster/test_multi_process.py")
+
+
+def worker_group(nodeid: str) -> str:
+    """The worker-sized unit a test runs in under ``make test``'s ``-n 2``: its file, or the shared pipeline's files."""
+    path = nodeid.split("::", 1)[0]
+    return "pipeline" if path in SHARED_PIPELINE else path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest groups first, each file in its own order (xdist hands the groups out in this order)."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(worker_group(item.nodeid), len(rank)))  # stable
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduler by scope, its scopes :func:`test_group`: each runs whole on one worker.
+
+    So a file's module fixtures are made once, and the pipeline run once. (xdist's
+    own ``xdist_group`` marks did not group anything under pytest 9: each test
+    went its own way, and the pipeline fixture was made on both workers.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @dataclass(frozen=True)
@@ -36,7 +72,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
     """
     import mlflow
 
-    root = copy_project(tmp_path_factory.mktemp("pipeline"), data={"source": "sample"}, train={"epochs": 3})
+    # a target 3 epochs on the sample reach (val accuracy 0.90 after the first), so time to accuracy is measured
+    root = copy_project(tmp_path_factory.mktemp("pipeline"), data={"source": "sample"}, train={"epochs": 3},
+                        compare={"target_accuracy": 0.9})
     output = run_in_project(["dvc", "repro"], root)
     mlflow.set_tracking_uri(f"sqlite:///{root}/mlruns/mlflow.db")
     (execution,) = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list",

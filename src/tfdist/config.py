@@ -215,6 +215,21 @@ class RuntimeConfig:
 
 
 @dataclass(frozen=True)
+class CompareConfig:
+    """What the compare stage measures every run against.
+
+    Attributes:
+        target_accuracy: the validation accuracy each run's time to accuracy is
+            measured to (the training seconds and epochs until it first reached it),
+            as MLPerf Training scores time to a target quality: a larger global batch
+            can train faster per sample and still need more epochs. The default is
+            one the default pipeline reaches.
+    """
+
+    target_accuracy: float = _knob(0.93, decides=("compare",), gt=0, lt=1)
+
+
+@dataclass(frozen=True)
 class MlflowConfig:
     """Where runs are tracked.
 
@@ -257,6 +272,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
 

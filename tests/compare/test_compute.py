@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfdist.compare.compute import build_comparison
+from tfdist.compare.compute import build_comparison, time_to_accuracy
 from tfdist.compare.render import render_markdown
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
@@ -164,3 +164,66 @@ def test_the_three_paradigms_side_by_side_with_what_each_holds_moves_and_idles()
     assert "idled 38% of a step (theory 17% for 2 stages and 5 micro-batches)" in advice
     assert "kept all 101,770 parameters on every replica and moved 795 KiB per step" in advice
     assert [p["name"] for p in comparison["scaling"]] == ["mirrored"], "a layer split is not projected as replicas"
+
+
+def history(val_accuracies, epoch_seconds=1.0, first_epoch_seconds=None):
+    """A train stage's per-epoch rows: the validation accuracies given, each epoch taking ``epoch_seconds``."""
+    return [{"epoch": float(i + 1), "val_accuracy": acc, "loss": 0.5, "accuracy": acc, "val_loss": 0.5,
+             "epoch_seconds": first_epoch_seconds if i == 0 and first_epoch_seconds else epoch_seconds,
+             "samples_per_second": 1000.0} for i, acc in enumerate(val_accuracies)]
+
+
+def test_time_to_accuracy_adds_the_epochs_until_validation_first_reaches_the_target():
+    rows = history([0.80, 0.91, 0.89, 0.95], epoch_seconds=0.5, first_epoch_seconds=2.0)
+    assert time_to_accuracy(rows, 0.90) == (2, pytest.approx(2.5))
+    assert time_to_accuracy(rows, 0.95) == (4, pytest.approx(3.5))  # the dip at epoch 3 does not end it
+    assert time_to_accuracy(rows, 0.96) is None
+    assert time_to_accuracy([], 0.5) is None
+
+
+def test_a_run_faster_per_sample_that_needs_more_epochs_is_slower_to_accuracy_and_the_verdict_says_so():
+    # mirrored is 2x normal's throughput (half the seconds an epoch) but needs 5 epochs where normal needs 2
+    normal = train_report("default", 10.0, epochs=6, steady_epoch_seconds=1.0)
+    mirrored = train_report("mirrored", 5.0, 2, ["/gpu:0", "/gpu:1"], epochs=6, steady_epoch_seconds=0.5)
+    ps = train_report("parameter_server", 12.0, 1, ["/job:worker/task:0"], workers=2, ps=1, synchronous=False,
+                      epochs=6, steady_epoch_seconds=2.0)
+    histories = {"normal": history([0.90, 0.94, 0.95, 0.95, 0.96, 0.96], 1.0),
+                 "mirrored": history([0.80, 0.85, 0.88, 0.91, 0.935, 0.94], 0.5),
+                 "parameter_server": history([0.85, 0.88, 0.90, 0.90, 0.91, 0.92], 2.0)}
+    comparison = build_comparison({"normal": normal, "mirrored": mirrored, "parameter_server": ps},
+                                  {name: eval_report(name, 0.95) for name in histories}, histories, 0.93)
+    runs = comparison["runs"]
+    assert (runs["normal"]["epochs_to_target"], runs["normal"]["seconds_to_target"]) == (2, pytest.approx(2.0))
+    assert (runs["mirrored"]["epochs_to_target"], runs["mirrored"]["seconds_to_target"]) == (5, pytest.approx(2.5))
+    assert runs["mirrored"]["speedup"] == pytest.approx(2.0)
+    assert runs["mirrored"]["time_to_accuracy_speedup"] == pytest.approx(0.8)
+    assert runs["parameter_server"]["seconds_to_target"] is None
+    assert runs["parameter_server"]["time_to_accuracy_speedup"] is None
+    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
+    assert ("To 0.93 validation accuracy, mirrored took 5 epochs and 2.5 s against normal training's 2 and 2.0 s "
+            "(0.80x in time to accuracy).") in comparison["verdict"]
+    markdown = render_markdown(comparison)
+    assert "epochs to target | time to target (s) | speed-up to target" in markdown
+    assert "| mirrored | " in markdown and "| 5 | 2.5 | 0.80x |" in markdown
+    assert "| not reached | not reached | not reached |" in markdown
+    assert "until validation accuracy first reached 0.93 (`compare.target_accuracy`)" in markdown
+
+
+def test_time_to_accuracy_is_left_out_of_the_verdict_where_it_agrees_with_throughput():
+    normal = train_report("default", 10.0, epochs=3, steady_epoch_seconds=1.0)
+    mirrored = train_report("mirrored", 5.0, 2, ["/gpu:0", "/gpu:1"], epochs=3, steady_epoch_seconds=0.5)
+    histories = {"normal": history([0.90, 0.94, 0.95], 1.0), "mirrored": history([0.90, 0.94, 0.95], 0.5)}
+    comparison = build_comparison({"normal": normal, "mirrored": mirrored},
+                                  {name: eval_report(name, 0.95) for name in histories}, histories, 0.93)
+    assert comparison["runs"]["mirrored"]["time_to_accuracy_speedup"] == pytest.approx(2.0)
+    assert "validation accuracy" not in comparison["verdict"]
+
+
+def test_a_distributed_run_that_never_reaches_the_target_is_named_in_the_verdict():
+    normal = train_report("default", 10.0, epochs=2, steady_epoch_seconds=1.0)
+    mirrored = train_report("mirrored", 5.0, 2, ["/gpu:0", "/gpu:1"], epochs=2, steady_epoch_seconds=0.5)
+    histories = {"normal": history([0.90, 0.94], 1.0), "mirrored": history([0.85, 0.90], 0.5)}
+    comparison = build_comparison({"normal": normal, "mirrored": mirrored},
+                                  {name: eval_report(name, 0.95) for name in histories}, histories, 0.93)
+    assert ("But mirrored never reached 0.93 validation accuracy in its 2 epochs, which normal training did in 2 "
+            "(2.0 s of training).") in comparison["verdict"]

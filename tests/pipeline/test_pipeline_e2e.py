@@ -71,6 +71,13 @@ def test_one_repro_is_one_execution_in_mlflow_with_named_runs_data_and_links(pro
         assert {t.key: t.value for t in dataset_input.tags}["sha256"] == data_sha256
         history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "val_accuracy")
         assert [m.step for m in history] == [1, 2, 3], "per-epoch metrics carry their epoch as step"
+    comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())["runs"]
+    normal = comparison["normal"]
+    assert normal["target_accuracy"] == 0.9 and normal["epochs_to_target"] in (1, 2, 3)
+    assert train_runs["normal"].data.metrics["seconds_to_target_accuracy"] == pytest.approx(normal["seconds_to_target"])
+    assert train_runs["normal"].data.metrics["time_to_accuracy_speedup"] == pytest.approx(1.0)
+    headline = json.loads((project / "reports" / "compare" / "metrics.json").read_text())["normal"]
+    assert headline["seconds_to_target"] == pytest.approx(normal["seconds_to_target"], abs=1e-4), "dvc exp show lists it"
 
     assert parent.data.tags["compared"] == ",".join(["normal", *sorted(STRATEGIES)])
     assert sorted(parent.data.metrics) == ["best_speedup", "best_test_accuracy", "runs_compared"]
@@ -139,7 +146,9 @@ def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):
     experiment = next(exp for row in table for exp in (row.get("experiments") or []) if exp["name"] == "bf16-3ep")
     data = experiment["revs"][0]["data"]
     metrics = data["metrics"]["reports/compare/metrics.json"]["data"]
-    assert set(metrics) == set(LABELS) and set(metrics["normal"]) == {"samples_per_second", "speedup", "test_accuracy"}
+    assert set(metrics) == set(LABELS)
+    assert {"samples_per_second", "speedup", "test_accuracy"} <= set(metrics["normal"]) <= {
+        "samples_per_second", "speedup", "test_accuracy", "seconds_to_target", "time_to_accuracy_speedup"}
     assert data["params"]["params.yaml"]["data"]["train"]["epochs"] == 3
 
     header = run_in_project([sys.executable, "-m", "stages.experiments", "--csv"], project).splitlines()[0].split(",")

@@ -9,9 +9,10 @@ about hardware from what each report recorded where training ran.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
-from tfdist.config import MIXED_PRECISIONS
+from tfdist.config import MIXED_PRECISIONS, CompareConfig
 from tfdist.distribute.registry import splits_layers
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
@@ -26,17 +27,26 @@ _ACCURACY_LOSS_POINTS = 1.0
 PROJECTED_DEVICES = (4, 8)
 
 
-def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalReport]) -> dict[str, Any]:
+def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalReport],
+                     histories: Mapping[str, list[dict[str, float]]] | None = None,
+                     target_accuracy: float = CompareConfig.target_accuracy) -> dict[str, Any]:
     """Rows for every run (``normal`` first) plus the verdict, the advice and the scaling projection.
 
     Args:
         train: train report per run name; must include ``normal``.
         evaluation: eval report per run name.
+        histories: per-epoch history per run name (the train stage's CSV rows),
+            for the time to ``target_accuracy``; a run without one has none.
+        target_accuracy: the validation accuracy time to accuracy is measured to
+            (``compare.target_accuracy``).
     """
     if NORMAL not in train:
         raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
     base, base_accuracy = train[NORMAL], evaluation[NORMAL].accuracy
+    histories = histories or {}
+    base_time = time_to_accuracy(histories.get(NORMAL, []), target_accuracy)
     rows = [_row(train[name], evaluation[name], base, base_accuracy)
+            | _time_to_accuracy_row(time_to_accuracy(histories.get(name, []), target_accuracy), base_time, target_accuracy)
             for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]]
     support = {name: dataclasses.asdict(found) for name, found in base.precision_support.items()}
     projections = scaling(rows)
@@ -108,6 +118,33 @@ def _row(report: TrainReport, result: EvalReport, base: TrainReport, base_accura
     }
 
 
+def time_to_accuracy(history: list[dict[str, float]], target: float) -> tuple[int, float] | None:
+    """The epochs and training seconds until validation accuracy first reached ``target``; None if it never did.
+
+    The seconds add up the epochs' training time (``epoch_seconds``: the first
+    epoch's tracing and connecting included, validation left out, as in
+    samples/s), so a run that needs more epochs pays for each of them.
+    """
+    seconds = 0.0
+    for row in history:
+        seconds += row["epoch_seconds"]
+        if row["val_accuracy"] >= target:
+            return int(row["epoch"]), seconds
+    return None
+
+
+def _time_to_accuracy_row(reached: tuple[int, float] | None, base: tuple[int, float] | None,
+                          target: float) -> dict[str, Any]:
+    epochs, seconds = reached or (None, None)
+    return {
+        "target_accuracy": target,
+        "epochs_to_target": epochs,
+        "seconds_to_target": seconds,
+        # normal's time to the target over the run's: the speed-up that counts the epochs each needed
+        "time_to_accuracy_speedup": base[1] / seconds if reached and base else None,
+    }
+
+
 def verdict(rows: list[dict[str, Any]]) -> str:
     """One or two sentences, from the numbers, on whether distributing paid off and why."""
     normal, others = rows[0], rows[1:]
@@ -126,7 +163,30 @@ def verdict(rows: list[dict[str, Any]]) -> str:
     else:
         head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best['name']}, ran at "
                 f"{best['speedup']:.2f}x the speed of normal training ({pace}, {accuracy}).")
-    return f"{head} {_why(best, normal)}"
+    return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal)) if part)
+
+
+def _to_target(best: dict[str, Any], normal: dict[str, Any], others: list[dict[str, Any]]) -> str:
+    """What time to accuracy adds to the throughput verdict: said only where it tells a different story."""
+    target = f"{best['target_accuracy']:.2f} validation accuracy"
+    if normal["seconds_to_target"] is None:
+        return ""  # nothing to compare with: the report's table says "not reached"
+    if best["seconds_to_target"] is None:
+        return (f"But {best['name']} never reached {target} in its {best['epochs']} epochs, which normal training did "
+                f"in {normal['epochs_to_target']} ({normal['seconds_to_target']:.1f} s of training).")
+    first = min((row for row in others if row["seconds_to_target"] is not None),
+                key=lambda row: row["seconds_to_target"])
+    ratio = best["time_to_accuracy_speedup"]
+    paid, paid_to_target = best["speedup"] >= 1 + _NOISE, ratio >= 1 + _NOISE
+    if paid == paid_to_target and first is best:
+        return ""
+    text = (f"To {target}, {best['name']} took {best['epochs_to_target']} epochs and "
+            f"{best['seconds_to_target']:.1f} s against normal training's {normal['epochs_to_target']} and "
+            f"{normal['seconds_to_target']:.1f} s ({ratio:.2f}x in time to accuracy)")
+    if first is not best:
+        text += (f"; {first['name']} got there first of the distributed runs, "
+                 f"{first['time_to_accuracy_speedup']:.2f}x normal training's pace")
+    return text + "."
 
 
 def _why(best: dict[str, Any], normal: dict[str, Any]) -> str:

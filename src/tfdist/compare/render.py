@@ -44,9 +44,14 @@ RESULT_COLUMNS = (
     ("first_epoch_overhead_seconds", "1st-epoch overhead (s)"),
     ("train_seconds", "train time (s)"),
     ("speedup", "speed-up vs normal"),
+    ("epochs_to_target", "epochs to target"),
+    ("seconds_to_target", "time to target (s)"),
+    ("time_to_accuracy_speedup", "speed-up to target"),
     ("test_accuracy", "test accuracy"),
     ("accuracy_delta_points", "Δ accuracy (points)"),
 )
+#: Time-to-accuracy cells of a run that never reached the target.
+_TO_TARGET = ("epochs_to_target", "seconds_to_target", "time_to_accuracy_speedup")
 COST_COLUMNS = (
     ("name", "run"),
     ("paradigm", "paradigm"),
@@ -94,6 +99,11 @@ def document(comparison: dict[str, Any]) -> list[Block]:
               "cluster): its overhead is shown apart. Speed-up is normal s/epoch divided by the run's. Train time "
               "is the wall time of Keras `fit` (all epochs, validation, tracing, per-epoch backups). Test accuracy "
               "is on the held-out test split; Δ accuracy is against normal training."),
+        ("p", f"Time to target: the epochs, and the training seconds (the epochs' training time, first epoch "
+              f"included, validation left out), until validation accuracy first reached "
+              f"{rows[0]['target_accuracy']:.2f} (`compare.target_accuracy`), as MLPerf Training scores time to a "
+              "quality: a run with a larger global batch may need more epochs. Speed-up to target is normal "
+              "training's time to it divided by the run's."),
         ("p", "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync); "
               "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to)."),
         *_asynchronous_note(rows),
@@ -146,11 +156,13 @@ def _cell(key: str, value: Any) -> str:
         "samples_per_second": "{:,.0f}", "cpu_percent": "{:.0f}%", "speedup": "{:.2f}x", "test_accuracy": "{:.4f}",
         "accuracy_delta_points": "{:+.2f}", "learning_rate": "{:g}", "max_params_per_device": "{:,}",
         "bytes_per_step": "{:,}", "bubble": "{:.0%}", "bubble_theory": "{:.0%}",
+        "seconds_to_target": "{:.1f}", "time_to_accuracy_speedup": "{:.2f}x",
     }
     if key == "synchronous":
         return "sync" if value else "async"
     if value is None:
-        return "–"  # not measured for this kind of run (a bubble without a layer split)
+        # a run that never reached the target; otherwise not measured for this kind of run (a bubble without a split)
+        return "not reached" if key in _TO_TARGET else "–"
     return formats[key].format(value) if key in formats else str(value)
 
 

@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 #: Per-epoch columns the compare stage gathers from every run for ``dvc plots``.
 CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
 #: What ``dvc exp show`` lists per run (reports/compare/metrics.json): the numbers a decision rests on.
-HEADLINE_METRICS = ("samples_per_second", "speedup", "test_accuracy")
+HEADLINE_METRICS = ("samples_per_second", "speedup", "test_accuracy", "seconds_to_target", "time_to_accuracy_speedup")
+#: Time to accuracy, logged onto each training run (the compare stage measures it against ``compare.target_accuracy``).
+RUN_METRICS = {"target_accuracy": "target_accuracy", "epochs_to_target": "epochs_to_target_accuracy",
+               "seconds_to_target": "seconds_to_target_accuracy", "time_to_accuracy_speedup": "time_to_accuracy_speedup"}
 
 
 def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -42,12 +45,13 @@ def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> d
     train_reports = {n: read_report(train_dir / f"{n}.json", TrainReport) for n in names}
     eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
-    comparison = build_comparison(train_reports, eval_reports)
+    comparison = build_comparison(train_reports, eval_reports, histories, config.compare.target_accuracy)
     with atomic.atomic_path(out_dir) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", comparison)
-        atomic.write_json(tmp / "metrics.json", {
-            name: {key: round(row[key], 4) for key in HEADLINE_METRICS} for name, row in comparison["runs"].items()
+        atomic.write_json(tmp / "metrics.json", {  # a run that never reached the target has no time to it
+            name: {key: round(row[key], 4) for key in HEADLINE_METRICS if row[key] is not None}
+            for name, row in comparison["runs"].items()
         })
         curves = [{"run": name, **row, "epoch": int(row["epoch"])} for name in names for row in histories[name]]
         atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS))
@@ -87,6 +91,10 @@ def _track_comparison(config: Config, comparison: dict, files: list[Path], figur
         })
         tracking.log_artifacts(files)
         tracking.log_artifacts(figures, "figures")
+    for row in runs.values():  # each run's own time to accuracy, beside its curves (none where it never got there)
+        if row["mlflow_run_id"]:
+            tracking.log_metrics({name: row[key] for key, name in RUN_METRICS.items() if row[key] is not None},
+                                 run_id=row["mlflow_run_id"])
     if config.mlflow.register_models:
         tracking.set_champion(config.mlflow.registered_model, [row["mlflow_run_id"] for row in ranked if row["mlflow_run_id"]])
     log.info("MLflow: this execution's training runs are at <UI>/%s (make ui prints the full address)",

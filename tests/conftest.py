@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import devices  # noqa: F401  (splits the CPU into logical devices before any TensorFlow op)
-from helpers.project import REPO, copy_project, run_in_project, tiny_params
+from helpers.project import copy_project, run_in_project, tiny_params
 
 #: Files whose tests share the session's pipeline run (and browser): one worker runs them all, so the run is made once.
 SHARED_PIPELINE = ("tests/pipeline/test_browser.py", "tests/pipeline/test_pipeline_e2e.py")

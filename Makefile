@@ -78,7 +78,7 @@ test: install browser-deps postgres slurm ## Run the whole test suite, slow end-
 	python -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
 test-fast: install ## Run the tests but the slow end-to-end ones
-	python -m pytest -m "not slow"
+	python -m pytest -n 2 --dist loadscope --no-loadscope-reorder -m "not slow"
 
 lint: install ## Check style with ruff, and that uv.lock matches pyproject.toml
 	ruff check src stages tests benchmarks vega

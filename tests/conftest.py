@@ -37,8 +37,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(worker_group(item.nodeid), len(rank)))  # stable
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the suite also runs without xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's scheduler by scope, its scopes :func:`test_group`: each runs whole on one worker.
+    """xdist's scheduler by scope, its scopes :func:`worker_group`: each runs whole on one worker.
 
     So a file's module fixtures are made once, and the pipeline run once. (xdist's
     own ``xdist_group`` marks did not group anything under pytest 9: each test

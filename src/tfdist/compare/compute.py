@@ -44,9 +44,9 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
         raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
     base, base_accuracy = train[NORMAL], evaluation[NORMAL].accuracy
     histories = histories or {}
-    base_time = time_to_accuracy(histories.get(NORMAL, []), target_accuracy)
+    reached = {name: time_to_accuracy(histories.get(name, []), target_accuracy) for name in train}
     rows = [_row(train[name], evaluation[name], base, base_accuracy)
-            | _time_to_accuracy_row(time_to_accuracy(histories.get(name, []), target_accuracy), base_time, target_accuracy)
+            | _time_to_accuracy_row(reached[name], reached[NORMAL], target_accuracy)
             for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]]
     support = {name: dataclasses.asdict(found) for name, found in base.precision_support.items()}
     projections = scaling(rows)

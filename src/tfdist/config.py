@@ -180,6 +180,11 @@ class DistributedConfig:
         heartbeat_timeout: seconds without a heartbeat after which TensorFlow's
             coordination service declares a multi_worker_mirrored task lost and
             every other task stops with that name (:mod:`tfdist.cluster.peer_loss`).
+        pin_tasks: the local launcher pins each multi_worker_mirrored task to a CPU
+            of its own, round-robin over the CPUs the stage may use, as on machines
+            of their own. Unpinned, the tasks' threads share and migrate between
+            the cores, and every step's all-reduce waits longer for the slower
+            task (docs/performance.md). parameter_server's tasks are never pinned.
     """
 
     # The default pipeline (the registry's DEFAULT_PIPELINE; tests/distribute/test_registry.py holds them equal).
@@ -196,6 +201,7 @@ class DistributedConfig:
     heartbeat_timeout: float = _knob(10.0, decides=(), role="operational", ge=2)
     launcher: str = _knob("local", decides=(), role="operational", choices=LAUNCHERS)
     ray_address: str = _knob("local", decides=(), role="operational")
+    pin_tasks: bool = _knob(True, decides=_TRAIN)
 
 
 @dataclass(frozen=True)

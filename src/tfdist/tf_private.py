@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorflow.python.eager import context as _eager_context
+from tf_keras.src.engine import training as _keras_training
 
 from tfdist.tf_imports import tf
 
@@ -67,3 +68,53 @@ def configure_collective_coordination(cluster: dict[str, list[str]], heartbeat_t
     _eager_context.context().configure_coordination_service(
         service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
         coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
+
+
+def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], Any]) -> Callable[[Any], Any]:
+    """tf_keras ``fit``'s multi-step train function, with the metrics read only on the execution's last step.
+
+    tf_keras's own (``Model.make_train_function``) runs ``steps_per_execution``
+    steps in one ``tf.function`` and returns the last step's logs, but every
+    step reads every metric: under strategies without merge calls
+    (MultiWorkerMirrored) each read is a cross-worker all-reduce of the metric's
+    variables, four collectives a step for loss and accuracy beside the one of
+    the gradients. Here the steps before the last are traced inside
+    ``reading(False)`` (a context manager of the model's: its ``train_step``
+    updates the metrics without reading them), the last inside ``reading(True)``,
+    and its logs are reduced as tf_keras reduces them: the same values reach the
+    callbacks. The context is entered around ``strategy.run``, not inside a
+    replica: MirroredStrategy traces its replicas in threads side by side.
+    Under ParameterServer the coordinator schedules the function on a worker,
+    with the step count of the moment, as tf_keras does.
+    """
+    strategy, coordinator = model.distribute_strategy, model._cluster_coordinator
+
+    def one(data: Any) -> Any:
+        outputs = model.train_step(data)
+        with tf.control_dependencies(_keras_training._minimum_control_deps(outputs)):
+            model._train_counter.assign_add(1)
+        return outputs
+
+    def step(iterator: Any, read: bool) -> Any:
+        run = tf.function(one, jit_compile=True, reduce_retracing=True) if model.jit_compile else one
+        with reading(read):
+            return strategy.run(run, args=(next(iterator),))
+
+    def steps(iterator: Any, count: Any) -> Any:
+        for _ in tf.range(count - 1):
+            step(iterator, False)
+        return _keras_training.reduce_per_replica(step(iterator, True), strategy,
+                                                  reduction=model.distribute_reduction_method)
+
+    if coordinator is not None:
+        scheduled = tf.function(steps, reduce_retracing=True)
+        return lambda iterator: coordinator.schedule(scheduled, args=(iterator, model._steps_per_execution.value()))
+    model.train_tf_function = tf.function(lambda iterator: steps(iterator, model._steps_per_execution),
+                                          reduce_retracing=True)
+    return model.train_tf_function
+
+
+def runs_steps_in_one_function(model: Any) -> bool:
+    """Whether ``fit`` runs several steps per call into the runtime (``steps_per_execution`` > 1, not autotuned)."""
+    count = getattr(model, "_steps_per_execution", None)
+    return count is not None and int(count.numpy()) > 1 and not model.autotune_steps_per_execution

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tfdist.cluster.processes import ProcessGroup
+from tfdist.cluster.processes import ProcessGroup, task_cpus
 from tfdist.errors import RunError
 
 from helpers.project import process_alive
@@ -27,6 +27,24 @@ def test_tasks_that_finish_are_waited_for_with_prefixed_output():
         group.wait()
     lines = out.getvalue().splitlines()
     assert "[worker-0] hello from x" in lines and "[worker-1] second" in lines
+
+
+def test_a_task_given_cpus_runs_on_them_alone_and_others_on_every_cpu():
+    cpus = sorted(os.sched_getaffinity(0))
+    out = io.StringIO()
+    with ProcessGroup(out=out) as group:
+        group.start("worker-0", python("import os; print(sorted(os.sched_getaffinity(0)))"), {}, cpus={cpus[-1]})
+        group.start("ps-0", python("import os; print(sorted(os.sched_getaffinity(0)))"), {})
+        group.wait()
+    lines = out.getvalue().splitlines()
+    assert f"[worker-0] {[cpus[-1]]}" in lines and f"[ps-0] {cpus}" in lines
+
+
+def test_tasks_get_a_cpu_each_round_robin():
+    cpus = sorted(os.sched_getaffinity(0))
+    assigned = task_cpus(len(cpus) + 1)
+    assert assigned[:len(cpus)] == [{c} for c in cpus], "one CPU of its own each, while there are enough"
+    assert assigned[-1] == {cpus[0]}, "then they share, in turn"
 
 
 def test_a_failing_task_stops_the_others_and_is_named_with_its_output():

@@ -6,7 +6,7 @@ import pytest
 from tfdist.config import ModelConfig
 from tfdist.distribute.placement import device_of
 from tfdist.tf_imports import keras
-from tfdist.train.models import DigitClassifier, PipelineClassifier, build_model
+from tfdist.train.models import DigitClassifier, PipelineClassifier, build_model, build_seed_model
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, TWO_DEVICES
 
@@ -53,3 +53,55 @@ def test_a_pipelined_step_applies_the_full_batch_gradient(micro_batches):
     assert loss_piped == pytest.approx(loss_whole, rel=1e-5)
     for a, b in zip(after_whole, after_piped, strict=True):
         np.testing.assert_allclose(b, a, atol=2e-6, rtol=1e-5)  # the same sum, added in another order
+
+
+class Reads(keras.metrics.Metric):
+    """Counts how often it is updated and how often read, in the training loop itself."""
+
+    def __init__(self):
+        super().__init__(name="reads")
+        self.updated = self.add_weight(name="updated", initializer="zeros")
+        self.read = self.add_weight(name="read", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.updated.assign_add(1.0)
+
+    def result(self):
+        return self.read.assign_add(1.0)
+
+    def reset_state(self):
+        pass  # counts across epochs
+
+
+class Logs(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append({key: value for key, value in logs.items() if key != "reads"})
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_fit_reads_the_metrics_on_the_last_step_of_each_execution_only_with_the_same_logs(loop):
+    x, y = batch(size=240, seed=1)
+    trained = {}
+    for kind in ("tf_keras", "tfdist"):
+        keras.utils.set_random_seed(5)
+        model = build_seed_model(MODEL) if kind == "tf_keras" and loop == "fit" else build_model(MODEL, loop)
+        if kind == "tf_keras" and loop == "custom":  # the subclassed model with tf_keras's own train function
+            model.make_train_function = lambda force=False, m=model: keras.Model.make_train_function(m, force)
+        reads, logs = Reads(), Logs()
+        model.compile(optimizer=keras.optimizers.legacy.Adam(0.01), loss=keras.losses.SparseCategoricalCrossentropy(),
+                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"), reads], steps_per_execution=5)
+        model.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0, callbacks=[logs])
+        trained[kind] = (reads.updated.numpy(), reads.read.numpy(), logs.batches,
+                         [v.numpy() for v in model.trainable_variables])
+    (keras_updates, keras_reads, keras_logs, keras_weights), (updates, reads, logs, weights) = trained.values()
+    assert keras_updates == updates == 20, "ten steps an epoch, each updates the metrics"
+    # fit also reads each metric once at the end of every epoch, outside the train function
+    assert keras_reads == 20 + 2, "tf_keras reads every metric after every step"
+    assert reads == 4 + 2, "tfdist reads them after the last step of each execution (5 steps) only"
+    assert len(logs) == 4 and logs == keras_logs, "the callbacks get the same logs, once an execution"
+    for a, b in zip(keras_weights, weights, strict=True):
+        np.testing.assert_array_equal(b, a)

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from tfdist import native_logs
 from tfdist.cluster.ports import LOOPBACK, free_ports, release_ports
-from tfdist.cluster.processes import ProcessGroup
+from tfdist.cluster.processes import ProcessGroup, task_cpus
 from tfdist.config import DistributedConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, tasks_of
 from tfdist.distribute.registry import StrategySpec
@@ -112,12 +112,12 @@ def _attempt(
     with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch, _holding(cluster_ports(cluster)):
         try:
             with ProcessGroup() as group:
-                for task in tasks_of(cluster):
-                    if task.task_type == "chief" and spec.launcher_trains:
-                        continue  # this process coordinates
+                started = [task for task in tasks_of(cluster) if not (task.task_type == "chief" and spec.launcher_trains)]
+                cpus = _pinned(spec, distributed, started)
+                for task in started:  # a chief that coordinates is this process
                     env = {TF_CONFIG: task.to_tf_config(), SCRATCH_ENV: scratch}
                     # Tasks that train end on their own; the servers of a coordinated run are stopped.
-                    group.start(task.name, command, env, must_finish=not spec.launcher_trains)
+                    group.start(task.name, command, env, must_finish=not spec.launcher_trains, cpus=cpus.get(task.name))
                 if not spec.launcher_trains:
                     group.wait()
                     log.info("all %d workers finished; the chief wrote the outputs", len(group.tasks))
@@ -131,6 +131,19 @@ def _attempt(
         except BaseException as err:
             on_stop("KILLED" if isinstance(err, Interrupted) else "FAILED")
             raise
+
+
+def _pinned(spec: StrategySpec, distributed: DistributedConfig, tasks: Sequence[ClusterTask]) -> dict[str, set[int]]:
+    """The CPU each task of a synchronous cluster runs on, under ``distributed.pin_tasks`` (task name -> CPUs).
+
+    Only where every task trains in step (multi_worker_mirrored): each then has
+    a core of its own, as on machines of their own. Not the tasks of a
+    coordinated cluster (parameter_server): a worker restricted to one CPU
+    never finished its first scheduled steps there (TF 2.21, docs/performance.md).
+    """
+    if not distributed.pin_tasks or spec.launcher_trains:
+        return {}
+    return dict(zip((task.name for task in tasks), task_cpus(len(tasks)), strict=True))
 
 
 @contextlib.contextmanager

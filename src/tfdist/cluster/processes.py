@@ -90,7 +90,8 @@ class ProcessGroup:
         if signum != signal.SIGUSR1:
             raise Interrupted(signum, "every task was stopped")
 
-    def start(self, name: str, command: Sequence[str], env: Mapping[str, str], must_finish: bool = True) -> int:
+    def start(self, name: str, command: Sequence[str], env: Mapping[str, str], must_finish: bool = True,
+              cpus: set[int] | None = None) -> int:
         """Start task ``name``; return its pid.
 
         Args:
@@ -98,6 +99,7 @@ class ProcessGroup:
             env: variables added to this process's environment (e.g. TF_CONFIG).
             must_finish: True for a task that ends on its own with exit 0 (a
                 worker); False for a server the group stops when done (a ps).
+            cpus: the CPUs the task may run on (None: any the launcher may use).
         """
         process = subprocess.Popen(
             list(command),
@@ -106,13 +108,14 @@ class ProcessGroup:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
+            preexec_fn=die_with_parent(cpus),
         )
         task = _Task(name, process, must_finish)
         task.reader = threading.Thread(target=self._relay, args=(task,), name=f"relay-{name}", daemon=True)
         task.reader.start()
         self.tasks.append(task)
-        log.info("started %s (pid %d)", name, process.pid)
+        log.info("started %s (pid %d%s)", name, process.pid,
+                 f", on CPU {', '.join(map(str, sorted(cpus)))}" if cpus else "")
         return process.pid
 
     def _relay(self, task: _Task) -> None:
@@ -223,13 +226,21 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def die_with_parent() -> Any:
-    """A preexec_fn asking Linux to SIGKILL the child when the launcher dies (None elsewhere)."""
+def die_with_parent(cpus: set[int] | None = None) -> Any:
+    """A preexec_fn asking Linux to SIGKILL the child when the launcher dies, and to keep it on ``cpus`` (None elsewhere)."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
 
     def preexec() -> None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return preexec
+
+
+def task_cpus(count: int) -> list[set[int]]:
+    """A CPU each for ``count`` tasks, round-robin over the CPUs this process may use."""
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    return [{available[i % len(available)]} for i in range(count)]

@@ -8,7 +8,7 @@ from tfdist.data.prepared import Digits
 from tfdist.tf_imports import tf
 
 
-def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: int) -> Any:
+def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: int, endless: bool = False) -> Any:
     """A ``tf.data.Dataset`` of ``(x, y)`` batches at the global batch size.
 
     The data are cached in memory, reshuffled every epoch (seeded), batched with
@@ -16,12 +16,14 @@ def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: in
     function is traced once, and prefetched so input never waits on Python.
     Sharding is set to DATA explicitly: each worker takes every n-th batch
     instead of TensorFlow guessing (and warning) from a dataset it cannot split
-    by file.
+    by file. ``endless`` repeats the epochs without end (reshuffled each time),
+    for a ``fit`` that counts its steps per epoch.
     """
     dataset = tf.data.Dataset.from_tensor_slices((digits.x, digits.y)).cache()
     if shuffle:
         dataset = dataset.shuffle(len(digits), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(global_batch_size, drop_remainder=shuffle).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.batch(global_batch_size, drop_remainder=shuffle)
+    dataset = (dataset.repeat() if endless else dataset).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)

@@ -9,13 +9,15 @@ policy the softmax and the loss stay accurate.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from tfdist.config import ClipConfig, ModelConfig, TrainConfig
 from tfdist.data.prepared import CLASSES, PIXELS
 from tfdist.distribute.placement import place
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import create_optimizer_slots, untracked
+from tfdist.tf_private import create_optimizer_slots, runs_steps_in_one_function, train_function_reading_metrics_last, untracked
 from tfdist.train.precision import policy
 
 #: Each optimizer twice: tf_keras's original ("legacy") one, whose update is one fused
@@ -31,15 +33,54 @@ _OPTIMIZERS = {
 }
 
 
-def build_seed_model(config: ModelConfig, devices: list[str] | None = None) -> keras.Model:
-    """784 -> Dense(relu) per ``hidden_units`` -> Dropout -> Dense(10, softmax).
+class ReadsMetricsOncePerExecution(keras.Model):
+    """A model whose ``fit`` reads its metrics once per call into the runtime, not after every step.
+
+    ``fit`` runs ``train.steps_per_execution`` steps per call and hands the
+    callbacks the last step's logs only, yet tf_keras reads every metric after
+    every step; under MultiWorkerMirrored each read is an all-reduce between
+    the workers (four a step for loss and accuracy), which cost more than the
+    gradients' own (docs/performance.md). Here the steps before the last update the
+    metrics without reading them, and the last reads them: the same logs.
+    """
+
+    _reads_metrics = True
+
+    def make_train_function(self, force: bool = False) -> Any:
+        if (self.train_function is not None and not force) or not runs_steps_in_one_function(self):
+            return super().make_train_function(force)
+        self.train_function = train_function_reading_metrics_last(self, self._reading_metrics)
+        return self.train_function
+
+    @contextlib.contextmanager
+    def _reading_metrics(self, read: bool) -> Iterator[None]:
+        """Whether the steps traced in the block read the metrics (the default) or only update them."""
+        self._reads_metrics = read
+        try:
+            yield
+        finally:
+            self._reads_metrics = True
+
+    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> dict[str, Any]:
+        if self._reads_metrics:
+            return super().compute_metrics(x, y, y_pred, sample_weight)
+        self.compiled_metrics.update_state(y, y_pred, sample_weight)
+        return {}
+
+
+class SeedSequential(ReadsMetricsOncePerExecution, keras.Sequential):
+    """The Sequential seed model as ``fit`` trains it; what is saved is a plain Sequential (:func:`export_copy`)."""
+
+
+def build_seed_model(config: ModelConfig, devices: list[str] | None = None,
+                     kind: type[keras.Sequential] = keras.Sequential) -> keras.Model:
+    """784 -> Dense(relu) per ``hidden_units`` -> Dropout -> Dense(10, softmax), as a ``kind`` of Sequential.
 
     Call inside ``strategy.scope()`` so the variables are created by the strategy.
     With ``devices``, the layers are split over them (model parallelism).
     """
     dense, dropout = _layers(config, devices)
-    return keras.Sequential([keras.Input(shape=(PIXELS,), name="pixels"), *dense[:-1], dropout, dense[-1]],
-                            name="seed_mlp")
+    return kind([keras.Input(shape=(PIXELS,), name="pixels"), *dense[:-1], dropout, dense[-1]], name="seed_mlp")
 
 
 def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None, micro_batches: int = 1,
@@ -53,7 +94,7 @@ def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None
         model = PipelineClassifier(config, devices, micro_batches) if pipelined else DigitClassifier(config, devices)
         model.build((None, PIXELS))
         return model
-    return build_seed_model(config, devices)
+    return build_seed_model(config, devices, SeedSequential)
 
 
 def _layers(config: ModelConfig, devices: list[str] | None) -> tuple[list[keras.layers.Layer], keras.layers.Layer]:
@@ -87,7 +128,7 @@ class MaxMetric(keras.metrics.Metric):
         return tf.identity(self.maximum)
 
 
-class DigitClassifier(keras.Model):
+class DigitClassifier(ReadsMetricsOncePerExecution):
     """The seed MLP, subclassed: ``call`` drives Dropout, and the steps are its own.
 
     ``train_step`` follows the custom-training-loop recipe: forward pass under a

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -47,12 +48,16 @@ def data_folder(root: Path) -> Path:
     return folder
 
 
-def run(root: Path, data: Path, name: str, strategy: str, sets: list[str]) -> dict:
+def run(root: Path, data: Path, name: str, strategy: str, sets: list[str], checkout: Path | None = None) -> dict:
+    """The report of one train stage run; ``checkout``: another checkout of tfdist whose code runs instead."""
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")} if checkout else None
     command = [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name, "--data", str(data),
                "--models", str(root / "models"), "--reports", str(root / "reports"), "--backups", str(root / "backups"),
                *(arg for item in [*sets, "mlflow.log_models=false", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"]
                  for arg in ("--set", item))]
-    subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=checkout, env=env)
+    if done.returncode:
+        raise SystemExit(f"{name}: the train stage exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return json.loads((root / "reports" / f"{name}.json").read_text())
 
 

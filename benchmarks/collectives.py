@@ -1,0 +1,91 @@
+"""Benchmark: a bare all-reduce between two MultiWorkerMirrored processes, small and gradient-sized.
+
+Splits a collective's cost into latency and bytes: two worker processes on
+loopback all-reduce a 4-byte tensor and the seed MLP's 407,080 bytes of
+gradients, ``--steps`` times inside one ``tf.function`` (as ``fit`` runs its
+steps), median of ``--repeats`` calls. The workers run with the project's
+thread settings, each pinned to a CPU of its own unless ``--unpinned``.
+
+    python benchmarks/collectives.py [--steps 50] [--repeats 10] [--unpinned]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
+
+
+def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                          "task": {"type": "worker", "index": index}})
+    from tfdist.runtime import configure_threads
+    from tfdist.tf_imports import tf
+
+    configure_threads(1, 2)
+    implementation = tf.distribute.experimental.CommunicationImplementation.RING
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
+    for size in SIZES:
+        with strategy.scope():
+            values = tf.Variable(tf.ones([size]))
+
+        @tf.function
+        def all_reduces() -> tf.Tensor:
+            total = tf.constant(0.0)
+            for _ in tf.range(steps):
+                reduced = strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", values * 1.0))
+                total += strategy.experimental_local_results(reduced)[0][0]
+            return total
+
+        all_reduces()  # trace, and connect the ring
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            all_reduces()
+            seconds.append((time.perf_counter() - start) / steps)
+        if index == 0:
+            print(json.dumps({"bytes": 4 * size, "seconds": statistics.median(seconds)}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--unpinned", action="store_true")
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ports", type=int, nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        return worker(args.worker, args.ports, args.steps, args.repeats)
+    from tfdist.cluster.ports import free_ports
+
+    ports = free_ports(2)
+    cpus = sorted(os.sched_getaffinity(0))
+    processes = [subprocess.Popen(
+        [*([] if args.unpinned else ["taskset", "-c", str(cpus[i % len(cpus)])]), sys.executable, __file__,
+         "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps), "--repeats", str(args.repeats)],
+        stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]
+    out, _ = processes[0].communicate(timeout=600)
+    processes[1].wait(timeout=60)
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    small, large = rows
+    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
+    print(f"all-reduce between 2 processes on loopback ({'unpinned' if args.unpinned else 'a CPU each'}):")
+    for row in rows:
+        print(f"  {row['bytes']:>9,} bytes: {1000 * row['seconds']:.3f} ms")
+    print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte "
+          f"({1 / per_byte / 1e6:,.0f} MB/s)")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    main()

@@ -19,8 +19,26 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
+
+
+def all_reduce_loop(strategy: Any, values: Any, steps: int) -> Any:
+    """A ``tf.function`` all-reducing ``values`` ``steps`` times in a loop, as ``fit`` runs its steps."""
+    from tfdist.tf_imports import tf
+
+    def reduce() -> Any:
+        return tf.distribute.get_replica_context().all_reduce("sum", values * 1.0)
+
+    @tf.function
+    def loop() -> Any:
+        total = tf.constant(0.0)
+        for _ in tf.range(steps):
+            total += strategy.experimental_local_results(strategy.run(reduce))[0][0]
+        return total
+
+    return loop
 
 
 def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
@@ -36,15 +54,7 @@ def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
     for size in SIZES:
         with strategy.scope():
             values = tf.Variable(tf.ones([size]))
-
-        @tf.function
-        def all_reduces() -> tf.Tensor:
-            total = tf.constant(0.0)
-            for _ in tf.range(steps):
-                reduced = strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", values * 1.0))
-                total += strategy.experimental_local_results(reduced)[0][0]
-            return total
-
+        all_reduces = all_reduce_loop(strategy, values, steps)
         all_reduces()  # trace, and connect the ring
         seconds = []
         for _ in range(repeats):

@@ -3,9 +3,12 @@
 multi_worker_mirrored x2 and parameter_server (2 workers, 1 ps) through the
 real train stage on loopback, per-replica batch 25 (and whatever ``--batches``
 names), the prepared digits tiled to 12,000; normal training alongside as the
-yardstick. The earlier commit (``--before``, a git revision) runs from a
-worktree of it, with the same interpreter and packages; the two alternate
-round by round, so both see the same machine.
+yardstick. A step is one synchronous step of the cluster, or under
+parameter_server one worker's step (its two workers step at once, so the
+cluster's pace is twice that: the compare report's "per worker" step). The
+earlier commit (``--before``, a git revision) runs from a worktree of it, with
+the same interpreter and packages; the two alternate round by round, so both
+see the same machine.
 
     python benchmarks/multi_process_step.py [--before af98ce3] [--rounds 2] [--epochs 4]
 """
@@ -23,10 +26,10 @@ from common import median, table  # noqa: E402
 from strategies import data_folder, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIGS = [  # label, strategy, overrides
-    ("normal", "default", []),
-    ("multi_worker_mirrored x2", "multi_worker_mirrored", ["distributed.workers=2"]),
-    ("parameter_server 2 workers", "parameter_server", ["distributed.workers=2", "distributed.ps=1"]),
+CONFIGS = [  # label, strategy, overrides, units taking steps at once
+    ("normal", "default", [], 1),
+    ("multi_worker_mirrored x2", "multi_worker_mirrored", ["distributed.workers=2"], 1),
+    ("parameter_server 2 workers", "parameter_server", ["distributed.workers=2", "distributed.ps=1"], 2),
 ]
 
 
@@ -53,17 +56,17 @@ def main() -> None:
         for batch in args.batches:
             steps: dict[tuple[str, str], list[float]] = {}
             for round_ in range(args.rounds):
-                for label, strategy, sets in CONFIGS:
+                for label, strategy, sets, units in CONFIGS:
                     for side, checkout in ((args.before, before), ("this checkout", None)):
                         report = run(root, data, f"b{batch}-r{round_}-{strategy}-{'before' if checkout else 'after'}",
                                      strategy, [*sets, *args.sets, f"train.batch_size={batch}",
                                                 f"train.epochs={args.epochs}"], checkout)
-                        ms = 1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"]
+                        ms = 1000 * units * report["steady_epoch_seconds"] / report["steps_per_epoch"]
                         steps.setdefault((label, side), []).append(ms)
                         print(f"batch {batch} round {round_ + 1} {label} [{side}]: {ms:.2f} ms/step, "
                               f"val_accuracy {report['val_accuracy']:.4f}", file=sys.stderr, flush=True)
             rows = []
-            for label, _, _ in CONFIGS:
+            for label, *_ in CONFIGS:
                 old, new = median(steps[(label, args.before)]), median(steps[(label, "this checkout")])
                 rows.append([label, f"{old:.2f}", f"{new:.2f}", f"{old / new:.2f}x",
                              " ".join(f"{s:.2f}" for s in steps[(label, args.before)]),

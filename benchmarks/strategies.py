@@ -48,17 +48,28 @@ def data_folder(root: Path) -> Path:
     return folder
 
 
-def run(root: Path, data: Path, name: str, strategy: str, sets: list[str], checkout: Path | None = None) -> dict:
-    """The report of one train stage run; ``checkout``: another checkout of tfdist whose code runs instead."""
+def stage_command(root: Path, data: Path, name: str, strategy: str, sets: list[str]) -> list[str]:
+    """The train stage on ``data``, its outputs and MLflow store (models not logged) under ``root``."""
+    return [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name, "--data", str(data),
+            "--models", str(root / "models"), "--reports", str(root / "reports"), "--backups", str(root / "backups"),
+            *(arg for item in [*sets, "mlflow.log_models=false", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"]
+              for arg in ("--set", item))]
+
+
+def report(root: Path, name: str) -> dict:
+    return json.loads((root / "reports" / f"{name}.json").read_text())
+
+
+def run(root: Path, data: Path, name: str, strategy: str, sets: list[str], checkout: Path | None = None,
+        prefix: tuple[str, ...] = ()) -> dict:
+    """The report of one train stage run; ``checkout``: another checkout of tfdist whose code runs instead;
+    ``prefix``: a command to run it under (e.g. ``taskset -c 0``)."""
     env = {**os.environ, "PYTHONPATH": str(checkout / "src")} if checkout else None
-    command = [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name, "--data", str(data),
-               "--models", str(root / "models"), "--reports", str(root / "reports"), "--backups", str(root / "backups"),
-               *(arg for item in [*sets, "mlflow.log_models=false", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"]
-                 for arg in ("--set", item))]
+    command = [*prefix, *stage_command(root, data, name, strategy, sets)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=checkout, env=env)
     if done.returncode:
         raise SystemExit(f"{name}: the train stage exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return json.loads((root / "reports" / f"{name}.json").read_text())
+    return report(root, name)
 
 
 def main() -> None:

@@ -58,6 +58,9 @@ def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(wor
     digests = dict(re.findall(r"\[(worker-\d)\] INFO tfdist\.[\w.]+: worker-\d: final weights sha256 (\w+)", result.stderr))
     assert set(digests) == {"worker-0", "worker-1"}, result.stderr[-3000:]
     assert digests["worker-0"] == digests["worker-1"] == report["weights_sha256"]
+    cpus = dict(re.findall(r"started (worker-\d) \(pid \d+, on CPU (\d+)\)", result.stderr))
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert set(cpus) == {"worker-0", "worker-1"} and len(set(cpus.values())) == 2, "a CPU of its own each"
     assert accuracy_on_test(workdir, "multi_worker_mirrored") >= 0.8
     run = mlflow_run(workdir, report["mlflow_run_id"])
     assert run.info.status == "FINISHED"
@@ -97,7 +100,7 @@ def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdi
     pids, lines = {}, []
     for line in launcher.stdout:
         lines.append(line)
-        if started := re.search(r"started (\S+) \(pid (\d+)\)", line):
+        if started := re.search(r"started (\S+) \(pid (\d+)", line):
             pids[started[1]] = int(started[2])
         if "Epoch 2/200" in line:  # training is under way on every task
             break

@@ -40,6 +40,19 @@ def test_a_task_given_cpus_runs_on_them_alone_and_others_on_every_cpu():
     assert f"[worker-0] {[cpus[-1]]}" in lines and f"[ps-0] {cpus}" in lines
 
 
+def test_a_task_killed_by_a_signal_is_named_before_the_peer_that_exited_because_of_it():
+    with ProcessGroup(out=io.StringIO()) as group:
+        group.start("worker-0", python("import sys, time; time.sleep(1); sys.exit(1)"), {})  # "lost worker-1"
+        victim = group.start("worker-1", python("import time; time.sleep(60)"), {})
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(task.process.poll() is None for task in group.tasks):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert not group.poll()
+    assert group.failure.startswith(f"task worker-1 (pid {victim}) was killed by SIGKILL")
+
+
 def test_tasks_get_a_cpu_each_round_robin():
     cpus = sorted(os.sched_getaffinity(0))
     assigned = task_cpus(len(cpus) + 1)

@@ -145,7 +145,7 @@ def run_and_kill_worker_1(tmp_path):
         victim, killed = None, False
         for line in process.stderr:
             lines.append(line)
-            found = re.search(r"started worker-1 \(pid (\d+)\)", line)
+            found = re.search(r"started worker-1 \(pid (\d+)", line)
             if found and victim is None:
                 victim = int(found.group(1))
             if victim is not None and victim > 1 and not killed and line.startswith("[worker-0] Epoch 4/"):

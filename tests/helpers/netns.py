@@ -13,14 +13,59 @@ Needs root and iproute2 (``ip netns``): CI runs as root; elsewhere the tests ski
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 SUBNET = "10.213.0"
+LINK_PORT = 2299
+
+#: Echoes ``pings`` one-byte messages, then reads ``size`` bytes and answers one byte.
+_LINK_SERVER = f"""
+import socket, sys
+size, pings = int(sys.argv[1]), int(sys.argv[2])
+listener = socket.create_server(("0.0.0.0", {LINK_PORT}))
+connection, _ = listener.accept()
+connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for _ in range(pings):
+    connection.sendall(connection.recv(1))
+left = size
+while left:
+    left -= len(connection.recv(min(left, 1 << 20)))
+connection.sendall(b"!")
+"""
+
+#: Times the pings (median round trip) and the transfer (until the server's answer).
+_LINK_CLIENT = f"""
+import json, socket, statistics, sys, time
+address, size, pings = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+deadline = time.monotonic() + 30
+while True:
+    try:
+        connection = socket.create_connection((address, {LINK_PORT}), timeout=5)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+trips = []
+for _ in range(pings):
+    start = time.perf_counter()
+    connection.sendall(b"x")
+    connection.recv(1)
+    trips.append(time.perf_counter() - start)
+start = time.perf_counter()
+connection.sendall(bytes(size))
+connection.recv(1)
+seconds = time.perf_counter() - start
+print(json.dumps({{"round_trip_us": 1e6 * statistics.median(trips), "mbit_per_s": 8 * size / seconds / 1e6}}))
+"""
 _names = itertools.count()
 
 
@@ -88,6 +133,46 @@ class TestHosts:
                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes.append(process)
         return process
+
+    def shape(self, rate: str | None, burst: str = "16kb") -> None:
+        """Shape every cable, both ways, to ``rate`` (``tc`` tbf, e.g. ``1gbit``); None takes the shaping off.
+
+        tbf shapes what a device sends, so each cable gets it at the host's end
+        and at the switch's. veth hands tbf segments of up to 64 KiB (GSO), which
+        a small bucket cannot pass and a big one lets through at full speed (a
+        step's few hundred KB would then mostly skip the shaping), so shaped
+        cables send plain 1,500-byte packets (``gso_max_size``; ethtool is not
+        installed) through a 16 KB bucket. No delay can be added: these kernels
+        have no netem (design.md).
+        """
+        segments = ("1500", "1") if rate else ("65536", "65535")
+        for name, port in zip(self.names, self._ports, strict=True):
+            for namespace, device in ((name, "eth0"), (self.switch, port)):
+                _ip("-n", namespace, "link", "set", "dev", device, "gso_max_size", segments[0], "gso_max_segs", segments[1])
+                tc = ["ip", "netns", "exec", namespace, "tc", "qdisc"]
+                if rate is None:
+                    subprocess.run([*tc, "del", "dev", device, "root"], capture_output=True, timeout=30)
+                    continue
+                done = subprocess.run([*tc, "replace", "dev", device, "root", "tbf", "rate", rate, "burst", burst,
+                                       "latency", "50ms"], capture_output=True, text=True, timeout=30)
+                if done.returncode:
+                    raise RuntimeError(f"tc tbf on {namespace} {device}: {done.stderr.strip()}")
+
+    def measure_link(self, sender: int, receiver: int, size: int = 8_000_000, pings: int = 200) -> dict[str, float]:
+        """The link from host ``sender`` to ``receiver`` as TCP sees it: round trip (median, µs) and rate (Mbit/s)."""
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", self.names[receiver], sys.executable, "-c", _LINK_SERVER, str(size), str(pings)],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            client = subprocess.run(
+                ["ip", "netns", "exec", self.names[sender], sys.executable, "-c", _LINK_CLIENT,
+                 self.addresses[receiver], str(size), str(pings)], capture_output=True, text=True, timeout=120)
+            if client.returncode:
+                raise RuntimeError(f"measuring the link failed: {client.stderr.strip()[-500:]}")
+            return json.loads(client.stdout)
+        finally:
+            server.kill()
+            server.wait(timeout=30)
 
     def cut(self, host: int) -> None:
         """Unplug host ``host``'s cable at the switch: from now on its packets are lost, none refused."""

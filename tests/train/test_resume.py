@@ -94,10 +94,13 @@ def test_a_killed_run_resumes_from_its_last_epoch_in_the_same_mlflow_run(workdir
 
 
 def test_a_local_multi_worker_run_restarts_its_tasks_when_one_is_killed(workdir):
-    process = start(workdir, "multi_worker_mirrored", "mwms")
+    # Twice the epochs of the other tests: an epoch takes ~1 s, and on a loaded machine the launcher
+    # relays "Epoch 3/" late enough that a 6-epoch run could finish before the kill.
+    epochs = 2 * EPOCHS
+    process = start(workdir, "multi_worker_mirrored", "mwms", f"train.epochs={epochs}")
     lines = []
-    read_until(process, rf"\[worker-0\] Epoch 3/{EPOCHS}", lines)
-    victim = int(re.search(r"started worker-1 \(pid (\d+)\)", "".join(lines))[1])
+    read_until(process, rf"\[worker-0\] Epoch 3/{epochs}", lines)
+    victim = int(re.search(r"started worker-1 \(pid (\d+)", "".join(lines))[1])
     os.kill(victim, signal.SIGKILL)
     output = "".join(lines) + process.communicate(timeout=300)[0]
     assert process.returncode == 0, output[-3000:]
@@ -105,10 +108,10 @@ def test_a_local_multi_worker_run_restarts_its_tasks_when_one_is_killed(workdir)
     assert "restarting every task (restart 1 of 1)" in output
     assert re.search(r"\[worker-0\] INFO tfdist.train.resume: resuming from the backup .* continuing at epoch [3-9]", output)
     report = json.loads((workdir / "reports" / "mwms.json").read_text())
-    assert report["epochs"] == EPOCHS and report["resumed_at_epoch"] >= 2 and report["val_accuracy"] > 0.85
+    assert report["epochs"] == epochs and report["resumed_at_epoch"] >= 2 and report["val_accuracy"] > 0.85
     (run,) = runs(workdir)
     assert run.info.status == "FINISHED"
-    assert set(metric_steps(run, "val_accuracy")) == set(range(1, EPOCHS + 1))
+    assert set(metric_steps(run, "val_accuracy")) == set(range(1, epochs + 1))
     assert not process_alive(victim)
 
 
@@ -116,7 +119,7 @@ def test_past_max_restarts_the_launcher_gives_up_naming_the_task(workdir):
     process = start(workdir, "multi_worker_mirrored", "mwms", "distributed.max_restarts=0")
     lines = []
     read_until(process, rf"\[worker-0\] Epoch 2/{EPOCHS}", lines)
-    victim = int(re.search(r"started worker-1 \(pid (\d+)\)", "".join(lines))[1])
+    victim = int(re.search(r"started worker-1 \(pid (\d+)", "".join(lines))[1])
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
     output = process.communicate(timeout=120)[0]

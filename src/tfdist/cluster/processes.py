@@ -128,18 +128,24 @@ class ProcessGroup:
                 self.out.flush()
 
     def poll(self) -> bool:
-        """Record the first failed task; True when every must-finish task ended with 0.
+        """Record the failed task; True when every must-finish task ended with 0.
 
         A failure is a task that exited non-zero, or a server that exited at all.
+        Where several have ended, one killed by a signal is named: its peers exit
+        1 only because they lost it (a worker notices a killed peer within
+        milliseconds, often before this poll does).
         """
-        done = True
+        done, failed = True, []
         for task in self.tasks:
             code = task.process.poll()
             if code is None:
                 done = done and not task.must_finish
             elif code != 0 or not task.must_finish:
-                self._fail(task, code)
-                return False
+                failed.append((code, task))
+        if failed:
+            code, task = min(failed, key=lambda pair: pair[0] >= 0)  # killed (code < 0) first, then task order
+            self._fail(task, code)
+            return False
         return done
 
     def wait(self, interval: float = 0.2) -> None:

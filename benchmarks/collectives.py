@@ -76,11 +76,12 @@ def main() -> None:
     if args.worker is not None:
         return worker(args.worker, args.ports, args.steps, args.repeats)
     from tfdist.cluster.ports import free_ports
+    from tfdist.cluster.processes import task_cpus
 
     ports = free_ports(2)
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = task_cpus(2)
     processes = [subprocess.Popen(
-        [*([] if args.unpinned else ["taskset", "-c", str(cpus[i % len(cpus)])]), sys.executable, __file__,
+        [*([] if args.unpinned else ["taskset", "-c", ",".join(map(str, cpus[i]))]), sys.executable, __file__,
          "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps), "--repeats", str(args.repeats)],
         stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from common import table  # noqa: E402
 from strategies import data_folder, report, run, stage_command  # noqa: E402
 
+from tfdist.cluster.processes import task_cpus  # noqa: E402
+
 from helpers import netns  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,12 +38,12 @@ PORT = 2222
 
 def cluster_run(hosts: netns.TestHosts, root: Path, data: Path, name: str, sets: list[str]) -> dict:
     """multi_worker_mirrored with one worker per host, each on CPU core i; the chief's report."""
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = task_cpus(len(hosts.names))
     cluster = {"worker": [f"{address}:{PORT}" for address in hosts.addresses]}
     processes = []
     for i in range(len(hosts.names)):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        command = ["taskset", "-c", str(cpus[i % len(cpus)]), *stage_command(root, data, name, "multi_worker_mirrored", sets)]
+        command = ["taskset", "-c", ",".join(map(str, cpus[i])), *stage_command(root, data, name, "multi_worker_mirrored", sets)]
         processes.append(hosts.start(i, command, env, REPO, root / f"{name}-worker-{i}.log"))
     for i, process in enumerate(processes):
         if process.wait(timeout=900):
@@ -64,7 +66,8 @@ def main() -> None:
     with netns.TestHosts(2) as hosts:
         for batch in args.batches:
             sets = [f"train.batch_size={batch}", f"train.epochs={args.epochs}"]
-            normal = run(root, data, f"b{batch}-normal", "default", sets, prefix=("taskset", "-c", "0"))
+            one_core = ("taskset", "-c", ",".join(map(str, task_cpus(1)[0])))
+            normal = run(root, data, f"b{batch}-normal", "default", sets, prefix=one_core)
             normal_ms = 1000 * normal["steady_epoch_seconds"] / normal["steps_per_epoch"]
             rows.append([batch, "normal, 1 core", "", "", f"{normal_ms:.2f}", f"{normal['steady_samples_per_second']:,.0f}",
                          "1.00x", f"{normal['val_accuracy']:.4f}"])

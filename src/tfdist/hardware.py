@@ -95,6 +95,13 @@ def _cpuinfo_field(name: str, cpuinfo: Path) -> str:
     return ""
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on, in order: its affinity (``taskset``, Slurm, a container's cpuset)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name as Linux reports it ("" elsewhere)."""
     return _cpuinfo_field("model name", cpuinfo)

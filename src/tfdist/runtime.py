@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from typing import Any
 
 from tfdist.errors import StrategyError
+from tfdist.hardware import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
     warns, so a library caller (a notebook, the tests) keeps working.
     """
     tf = tensorflow()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    usable = len(usable_cpus())
     if inter_op > usable:
         log.info("%d inter-op thread(s), not %d: this process may run on %d CPU(s)", usable, inter_op, usable)
         inter_op = usable

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from tfdist import native_logs
 from tfdist.errors import Interrupted, RunError
+from tfdist.hardware import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -248,5 +249,5 @@ def die_with_parent(cpus: set[int] | None = None) -> Any:
 
 def task_cpus(count: int) -> list[set[int]]:
     """A CPU each for ``count`` tasks, round-robin over the CPUs this process may use."""
-    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    available = usable_cpus()
     return [{available[i % len(available)]} for i in range(count)]

@@ -3,7 +3,8 @@
 Splits a collective's cost into latency and bytes: two worker processes on
 loopback all-reduce a 4-byte tensor and the seed MLP's 407,080 bytes of
 gradients, ``--steps`` times inside one ``tf.function`` (as ``fit`` runs its
-steps), median of ``--repeats`` calls. The workers run with the project's
+steps), median of ``--repeats`` calls: the train stage's own calibration
+(tfdist.train.collectives), run longer. The workers run with the project's
 thread settings, each pinned to a CPU of its own unless ``--unpinned``.
 
     python benchmarks/collectives.py [--steps 50] [--repeats 10] [--unpinned]
@@ -14,31 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
-
-
-def all_reduce_loop(strategy: Any, values: Any, steps: int) -> Any:
-    """A ``tf.function`` all-reducing ``values`` ``steps`` times in a loop, as ``fit`` runs its steps."""
-    from tfdist.tf_imports import tf
-
-    def reduce() -> Any:
-        return tf.distribute.get_replica_context().all_reduce("sum", values * 1.0)
-
-    @tf.function
-    def loop() -> Any:
-        total = tf.constant(0.0)
-        for _ in tf.range(steps):
-            total += strategy.experimental_local_results(strategy.run(reduce))[0][0]
-        return total
-
-    return loop
 
 
 def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
@@ -46,23 +27,16 @@ def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
                                           "task": {"type": "worker", "index": index}})
     from tfdist.runtime import configure_threads
     from tfdist.tf_imports import tf
+    from tfdist.train.collectives import time_all_reduce
 
     configure_threads(1, 2)
     implementation = tf.distribute.experimental.CommunicationImplementation.RING
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
     for size in SIZES:
-        with strategy.scope():
-            values = tf.Variable(tf.ones([size]))
-        all_reduces = all_reduce_loop(strategy, values, steps)
-        all_reduces()  # trace, and connect the ring
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            all_reduces()
-            seconds.append((time.perf_counter() - start) / steps)
+        seconds = time_all_reduce(strategy, size, steps, repeats)  # the train stage's calibration, with more repeats
         if index == 0:
-            print(json.dumps({"bytes": 4 * size, "seconds": statistics.median(seconds)}), flush=True)
+            print(json.dumps({"bytes": 4 * size, "seconds": seconds}), flush=True)
 
 
 def main() -> None:

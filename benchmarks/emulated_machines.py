@@ -9,7 +9,12 @@ addresses, as on two machines); normal training runs on one core the same way.
 Per-replica batch 25 and 256 on the prepared digits tiled to 12,000. Each
 link is measured as TCP sees it (rate of an 8 MB transfer, round trip of
 one-byte pings), since tbf only sets a ceiling and no delay can be added here.
-Needs root, iproute2 and tc.
+
+Then checks the compare stage's projection (tfdist.compare.compute): calibrated
+as the pipeline calibrates it (multi_worker_mirrored x2 on loopback through the
+local launcher, a core each, its all-reduce timed by the train stage), and
+pointed at each link as measured, it projects the step of 2 machines; the
+table sets that beside the step measured on them. Needs root, iproute2 and tc.
 
     python benchmarks/emulated_machines.py [--links none 1gbit 100mbit] [--batches 25 256] [--epochs 3]
 """
@@ -29,6 +34,7 @@ from common import table  # noqa: E402
 from strategies import data_folder, report, run, stage_command  # noqa: E402
 
 from tfdist.cluster.processes import task_cpus  # noqa: E402
+from tfdist.compare.compute import Network, projection  # noqa: E402
 
 from helpers import netns  # noqa: E402
 
@@ -52,6 +58,16 @@ def cluster_run(hosts: netns.TestHosts, root: Path, data: Path, name: str, sets:
     return report(root, name)
 
 
+def projected_step_ms(normal: dict, calibrated: dict, link: dict) -> float:
+    """The compare stage's step for 2 machines, from the loopback run's calibration, on ``link`` as measured."""
+    rows = [{"name": r["name"], "paradigm": r["paradigm"], "global_batch_size": r["global_batch_size"],
+             "replicas": r["replicas"], "samples_per_second": r["steady_samples_per_second"],
+             "collectives": r.get("collectives")} for r in (normal, calibrated)]
+    network = Network(link["mbit_per_s"] / 1000, link["round_trip_us"] / 2)
+    (found,) = projection(rows, network)
+    return found["step_on_network_ms"]["2"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--links", nargs="+", default=["none", "1gbit", "100mbit"])
@@ -69,23 +85,32 @@ def main() -> None:
             one_core = ("taskset", "-c", ",".join(map(str, task_cpus(1)[0])))
             normal = run(root, data, f"b{batch}-normal", "default", sets, prefix=one_core)
             normal_ms = 1000 * normal["steady_epoch_seconds"] / normal["steps_per_epoch"]
-            rows.append([batch, "normal, 1 core", "", "", f"{normal_ms:.2f}", f"{normal['steady_samples_per_second']:,.0f}",
+            rows.append([batch, "normal, 1 core", "", "", f"{normal_ms:.2f}", "", f"{normal['steady_samples_per_second']:,.0f}",
                          "1.00x", f"{normal['val_accuracy']:.4f}"])
+            calibrated = run(root, data, f"b{batch}-loopback", "multi_worker_mirrored", sets)  # as the pipeline runs it
+            costs = calibrated["collectives"]
+            loopback_ms = 1000 * calibrated["steady_epoch_seconds"] / calibrated["steps_per_epoch"]
+            rows.append([batch, "multi_worker_mirrored x2, loopback (the calibration)", "", "", f"{loopback_ms:.2f}",
+                         f"all-reduce {1e3 * costs['latency_seconds']:.2f} ms + {1e9 * costs['seconds_per_byte']:.2f} ns/B",
+                         "", "", f"{calibrated['val_accuracy']:.4f}"])
             for link in args.links:
                 hosts.shape(None if link == "none" else link)
                 measured = hosts.measure_link(0, 1)
                 mwms = cluster_run(hosts, root, data, f"b{batch}-{link}", sets)
                 ms = 1000 * mwms["steady_epoch_seconds"] / mwms["steps_per_epoch"]
                 speed = mwms["steady_samples_per_second"]
+                projected = projected_step_ms(normal, calibrated, measured)
                 rows.append([batch, f"multi_worker_mirrored x2, link {link}", f"{measured['mbit_per_s']:,.0f}",
-                             f"{measured['round_trip_us']:.0f}", f"{ms:.2f}", f"{speed:,.0f}",
+                             f"{measured['round_trip_us']:.0f}", f"{ms:.2f}",
+                             f"{projected:.2f} ({(projected - ms) / ms:+.0%})", f"{speed:,.0f}",
                              f"{speed / normal['steady_samples_per_second']:.2f}x", f"{mwms['val_accuracy']:.4f}"])
-                print(f"batch {batch} link {link} ({measured['mbit_per_s']:,.0f} Mbit/s): {ms:.2f} ms/step, "
-                      f"{speed / normal['steady_samples_per_second']:.2f}x normal", file=sys.stderr, flush=True)
+                print(f"batch {batch} link {link} ({measured['mbit_per_s']:,.0f} Mbit/s): {ms:.2f} ms/step "
+                      f"(projected {projected:.2f}), {speed / normal['steady_samples_per_second']:.2f}x normal; "
+                      f"all-reduce on it {mwms['collectives']}", file=sys.stderr, flush=True)
             hosts.shape(None)
     print(f"2 emulated machines (a core and a namespace each), 12,000 digits, {args.epochs} epochs")
-    print(table(["per-replica batch", "run", "link Mbit/s (measured)", "round trip (µs)", "ms/step", "samples/s",
-                 "vs normal", "val accuracy"], rows))
+    print(table(["per-replica batch", "run", "link Mbit/s (measured)", "round trip (µs)", "ms/step",
+                 "projected ms/step (error)", "samples/s", "vs normal", "val accuracy"], rows))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,30 @@ class PrecisionSupport:
 
 
 @dataclass(frozen=True)
+class CollectiveCosts:
+    """What an all-reduce cost between a cluster's workers where it trained: the projection's calibration.
+
+    Measured after training by every worker together (:mod:`tfdist.train.collectives`):
+    a 4-byte all-reduce gives the latency, a gradient-sized one the cost per byte.
+
+    Attributes:
+        workers: the workers that took part.
+        small_bytes, small_seconds: the latency probe and its median time.
+        large_bytes, large_seconds: the gradient-sized probe (the model's gradients) and its median time.
+        latency_seconds: an all-reduce's fixed cost (the small probe's time).
+        seconds_per_byte: what each further byte added.
+    """
+
+    workers: int
+    small_bytes: int
+    small_seconds: float
+    large_bytes: int
+    large_seconds: float
+    latency_seconds: float
+    seconds_per_byte: float
+
+
+@dataclass(frozen=True)
 class TrainReport:
     """What one training run did and cost (``reports/train/NAME.json``).
 
@@ -78,6 +102,8 @@ class TrainReport:
         mlflow_run_id: the run holding it in MLflow ("" when not tracked).
         tensorflow: TensorFlow's version.
         hardware: where training ran.
+        collectives: the all-reduce's cost between the workers (synchronous
+            multi-worker runs only; None elsewhere).
     """
 
     name: str
@@ -126,6 +152,7 @@ class TrainReport:
     mlflow_run_id: str
     tensorflow: str
     hardware: Hardware
+    collectives: CollectiveCosts | None = None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,13 @@ def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(wor
     assert run.data.tags["precision"] == "mixed_float16" and run.data.tags["precision.can_be_faster"] == "False"
     assert "gradient_norm" in run.data.metrics
     assert not list((workdir / "models").glob(".*")), "no temporary output left behind"
+    # both workers timed their all-reduce together after training: the compare stage's calibration
+    costs = report["collectives"]
+    assert (costs["workers"], costs["small_bytes"], costs["large_bytes"]) == (2, 4, 407_080), "the MLP's float32 gradients"
+    assert 0 < costs["latency_seconds"] < costs["large_seconds"] < 1 and 0 < costs["seconds_per_byte"] < 1e-6
+    assert run.data.metrics["allreduce_latency_ms"] == pytest.approx(1e3 * costs["latency_seconds"])
+    assert len(re.findall(r"\[worker-\d\] INFO tfdist\.train\.task_run: multi_worker_mirrored: all-reduce between 2 "
+                          r"workers", result.stderr)) == 2
 
 
 def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdir):
@@ -77,6 +84,7 @@ def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdi
     report = json.loads((workdir / "reports" / "parameter_server.json").read_text())
     assert (report["workers"], report["ps"], report["synchronous"]) == (2, 1, False)
     assert report["replicas"] == 1 and report["global_batch_size"] == 25, "a step is one worker's batch"
+    assert report["collectives"] is None, "no all-reduce across workers to calibrate"
     assert report["learning_rate"] == pytest.approx(0.001) and report["warmup_steps"] == report["steps_per_epoch"]
     assert accuracy_on_test(workdir, "parameter_server") >= 0.8
     run = mlflow_run(workdir, report["mlflow_run_id"])

@@ -4,9 +4,10 @@ import pytest
 
 from tfdist.compare.compute import build_comparison, time_to_accuracy
 from tfdist.compare.render import render_markdown
+from tfdist.config import CompareConfig
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
-from tfdist.reports import run_label
+from tfdist.reports import CollectiveCosts, run_label
 
 from helpers.reports import eval_report, scaled_runs, train_report
 
@@ -81,24 +82,65 @@ def test_run_labels_say_what_differs():
     assert run_label("try", "default", 1, 1, 0, "fit", "float32", distributes=False) == "try · fit · float32"
 
 
-def test_scaling_projects_the_measured_step_cost_onto_a_device_per_replica():
-    projections = {p["name"]: p for p in scaled_runs(mirrored_sps=800.0)["scaling"]}
-    mirrored, ps = projections["mirrored"], projections["parameter_server"]
-    # mirrored: a 2 x 25 batch in 62.5 ms against normal's 25 in 25 ms -> 0.4 of normal speed per device
-    assert mirrored["step_ms"] == pytest.approx(62.5) and mirrored["normal_step_ms"] == pytest.approx(25.0)
-    assert mirrored["break_even_units"] == pytest.approx(2.5) and mirrored["unit"] == "devices"
-    assert mirrored["projected_speedup"]["8"] == pytest.approx(3.2)
-    # parameter_server: each of 2 workers takes 100 ms per 25-example step
-    assert ps["step_ms"] == pytest.approx(100.0) and ps["break_even_units"] == pytest.approx(4.0)
-    assert ps["unit"] == "workers" and ps["projected_speedup"]["4"] == pytest.approx(1.0)
+def calibrated_mwms(samples_per_second: float, latency: float = 1e-3, per_byte: float = 2e-9,
+                    size: int = 400_000, **fields):
+    """multi_worker_mirrored x2 (batch 25 each) with its all-reduce calibrated between the workers."""
+    costs = CollectiveCosts(workers=2, small_bytes=4, small_seconds=latency, large_bytes=size,
+                            large_seconds=latency + per_byte * size, latency_seconds=latency, seconds_per_byte=per_byte)
+    return train_report("multi_worker_mirrored", 20.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
+                        steady_samples_per_second=samples_per_second, collectives=costs, **fields)
+
+
+def projected(normal_sps: float, mwms, network: CompareConfig | None = None) -> dict:
+    runs = {"normal": train_report("default", 10.0, steady_samples_per_second=normal_sps), "multi_worker_mirrored": mwms,
+            "mirrored": train_report("mirrored", 10.0, 2, ["/cpu:0", "/cpu:1"], steady_samples_per_second=900.0)}
+    return build_comparison(runs, {name: eval_report(name, 0.95) for name in runs}, settings=network)
+
+
+def test_the_projection_is_the_measured_compute_plus_a_ring_all_reduce_on_the_named_network():
+    # a 50-example step in 10 ms, of which the all-reduce here took 1 ms + 400,000 x 2 ns = 1.8 ms
+    comparison = projected(1000.0, calibrated_mwms(5000.0), CompareConfig(network_gbit=1.0, network_latency_us=100.0))
+    (p,) = comparison["scaling"]
+    assert p["name"] == "multi_worker_mirrored" and p["normal_step_ms"] == pytest.approx(25.0)
+    assert (p["step_ms"], p["all_reduce_here_ms"], p["compute_ms"]) == pytest.approx((10.0, 1.8, 8.2))
+    # 2 machines: 2 messages of 0.5 ms + 0.1 ms, and 400,000 bytes at 2 ns + 8 ns (1 Gbit/s) each
+    assert p["step_on_network_ms"]["2"] == pytest.approx(8.2 + 1.2 + 4.0)
+    # 4 machines: 6 messages, and 2 x 3/4 of the bytes
+    assert p["step_on_network_ms"]["4"] == pytest.approx(8.2 + 3.6 + 6.0)
+    assert p["projected_speedup"]["4"] == pytest.approx(4 * 25 / 17.8)
+    assert p["break_even_machines"] == 2
+    assert p["ceiling_speedup"] == pytest.approx(25 / 1.2), "2 messages of 0.6 ms a machine"
+    assert p["ceiling_speedup"] > p["projected_speedup"]["16"]
+    assert comparison["network"] == {"gbit": 1.0, "latency_us": 100.0}
+    advice = comparison["advice"]["scale"]
+    assert "8.20 ms of compute (its measured 10.00 ms a step, less the 1.80 ms its all-reduce of 391 KiB" in advice
+    assert "on a 1 Gbit/s network with 100 µs latency (`compare.network_gbit`, `compare.network_latency_us`)" in advice
+    assert "Checked on 2 emulated machines" in advice and "beyond 2 machines, and on a real network, it is unchecked" in advice
+    assert "Not projected: mirrored (one machine's devices" in advice
+
+
+def test_a_step_cheaper_than_the_latency_never_breaks_even_and_the_advice_says_what_caps_it():
+    # normal takes 25 examples in 0.25 ms; every machine adds 2 messages of 0.5 + 0.05 ms to each step
+    comparison = projected(100_000.0, calibrated_mwms(20_000.0))
+    (p,) = comparison["scaling"]
+    assert p["break_even_machines"] is None and p["ceiling_speedup"] == pytest.approx(0.25 / 1.1)
+    assert p["projected_speedup"]["2"] < p["projected_speedup"]["16"] < p["ceiling_speedup"]
+    assert "never matches normal training's 0.25 ms step" in comparison["advice"]["scale"]
+    assert "which caps it at 0.23x normal speed" in comparison["advice"]["scale"]
+    assert "| multi_worker_mirrored |" in render_markdown(comparison) and " never |" in render_markdown(comparison)
+
+
+def test_without_an_all_reduce_across_workers_nothing_is_projected():
+    advice = scaled_runs(mirrored_sps=800.0)
+    assert advice["scaling"] == []
+    assert advice["advice"]["scale"].startswith("No run all-reduced across workers")
+    assert "Not projected: mirrored, parameter_server" in advice["advice"]["scale"]
 
 
 def test_advice_says_to_train_without_distribution_when_nothing_is_faster():
     advice = scaled_runs(mirrored_sps=800.0)["advice"]
     assert advice["use"].startswith("Train without distribution on this machine")
     assert "the closest, mirrored, ran at 0.80x" in advice["use"]
-    assert "the least costly, mirrored, would need 2.5 devices to match normal training" in advice["scale"]
-    assert "3.2x as fast with 8" in advice["scale"]
     assert advice["precision"].startswith("mixed_bfloat16 can pay off here (the CPU has avx512_bf16)")
     assert "dvc exp run -S train.precision=mixed_bfloat16" in advice["precision"]
 
@@ -163,7 +205,7 @@ def test_the_three_paradigms_side_by_side_with_what_each_holds_moves_and_idles()
     assert "model_parallel held at most 100,480 parameters on a device and moved 25 KiB of activations per step" in advice
     assert "idled 38% of a step (theory 17% for 2 stages and 5 micro-batches)" in advice
     assert "kept all 101,770 parameters on every replica and moved 795 KiB per step" in advice
-    assert [p["name"] for p in comparison["scaling"]] == ["mirrored"], "a layer split is not projected as replicas"
+    assert comparison["scaling"] == [], "a layer split is not projected as replicas (nor one machine's mirrored)"
 
 
 def history(val_accuracies, epoch_seconds=1.0, first_epoch_seconds=None):
@@ -191,7 +233,8 @@ def test_a_run_faster_per_sample_that_needs_more_epochs_is_slower_to_accuracy_an
                  "mirrored": history([0.80, 0.85, 0.88, 0.91, 0.935, 0.94], 0.5),
                  "parameter_server": history([0.85, 0.88, 0.90, 0.90, 0.91, 0.92], 2.0)}
     comparison = build_comparison({"normal": normal, "mirrored": mirrored, "parameter_server": ps},
-                                  {name: eval_report(name, 0.95) for name in histories}, histories, 0.93)
+                                  {name: eval_report(name, 0.95) for name in histories}, histories,
+                                  CompareConfig(target_accuracy=0.93))
     runs = comparison["runs"]
     assert (runs["normal"]["epochs_to_target"], runs["normal"]["seconds_to_target"]) == (2, pytest.approx(2.0))
     assert (runs["mirrored"]["epochs_to_target"], runs["mirrored"]["seconds_to_target"]) == (5, pytest.approx(2.5))
@@ -214,7 +257,8 @@ def test_time_to_accuracy_is_left_out_of_the_verdict_where_it_agrees_with_throug
     mirrored = train_report("mirrored", 5.0, 2, ["/gpu:0", "/gpu:1"], epochs=3, steady_epoch_seconds=0.5)
     histories = {"normal": history([0.90, 0.94, 0.95], 1.0), "mirrored": history([0.90, 0.94, 0.95], 0.5)}
     comparison = build_comparison({"normal": normal, "mirrored": mirrored},
-                                  {name: eval_report(name, 0.95) for name in histories}, histories, 0.93)
+                                  {name: eval_report(name, 0.95) for name in histories}, histories,
+                                  CompareConfig(target_accuracy=0.93))
     assert comparison["runs"]["mirrored"]["time_to_accuracy_speedup"] == pytest.approx(2.0)
     assert "validation accuracy" not in comparison["verdict"]
 
@@ -224,6 +268,7 @@ def test_a_distributed_run_that_never_reaches_the_target_is_named_in_the_verdict
     mirrored = train_report("mirrored", 5.0, 2, ["/gpu:0", "/gpu:1"], epochs=2, steady_epoch_seconds=0.5)
     histories = {"normal": history([0.90, 0.94], 1.0), "mirrored": history([0.85, 0.90], 0.5)}
     comparison = build_comparison({"normal": normal, "mirrored": mirrored},
-                                  {name: eval_report(name, 0.95) for name in histories}, histories, 0.93)
+                                  {name: eval_report(name, 0.95) for name in histories}, histories,
+                                  CompareConfig(target_accuracy=0.93))
     assert ("But mirrored never reached 0.93 validation accuracy in its 2 epochs, which normal training did in 2 "
             "(2.0 s of training).") in comparison["verdict"]

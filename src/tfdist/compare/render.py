@@ -75,7 +75,7 @@ def document(comparison: dict[str, Any]) -> list[Block]:
     if advice:
         blocks += [
             ("h2", "Advice"),
-            ("ul", [f"**Here:** {advice['use']}", f"**With more devices:** {advice['scale']}",
+            ("ul", [f"**Here:** {advice['use']}", f"**With more machines:** {advice['scale']}",
                     f"**Data, model or pipeline parallelism:** {advice['paradigms']}",
                     f"**Mixed precision:** {advice['precision']}"]),
         ]
@@ -121,13 +121,15 @@ def _table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, Any]]) -> 
 
 def _scaling_table(projections: list[dict[str, Any]]) -> Block:
     counts = list(projections[0]["projected_speedup"])
-    headers = ["run", "step (ms)", "normal step (ms)", "to break even", *[f"speed-up with {n}" for n in counts]]
+    headers = ["run", "step here (ms)", "all-reduce here (ms)", "compute (ms)", "to break even",
+               *[f"speed-up with {n}" for n in counts], "ceiling"]
     rows = [
-        [p["name"], f"{p['step_ms']:.2f}", f"{p['normal_step_ms']:.2f}", f"{p['break_even_units']:.1f} {p['unit']}",
-         *[f"{p['projected_speedup'][n]:.2f}x" for n in counts]]
+        [p["name"], f"{p['step_ms']:.2f}", f"{p['all_reduce_here_ms']:.2f}", f"{p['compute_ms']:.2f}",
+         "never" if p["break_even_machines"] is None else f"{p['break_even_machines']} machines",
+         *[f"{p['projected_speedup'][n]:.2f}x" for n in counts], f"{p['ceiling_speedup']:.2f}x"]
         for p in projections
     ]
-    return ("table", headers, [False, True, True, True, *[True] * len(counts)], rows)
+    return ("table", headers, [False, True, True, True, True, *[True] * len(counts), True], rows)
 
 
 def _asynchronous_note(rows: list[dict[str, Any]]) -> list[Block]:

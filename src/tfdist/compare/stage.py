@@ -45,7 +45,7 @@ def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> d
     train_reports = {n: read_report(train_dir / f"{n}.json", TrainReport) for n in names}
     eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
-    comparison = build_comparison(train_reports, eval_reports, histories, config.compare.target_accuracy)
+    comparison = build_comparison(train_reports, eval_reports, histories, config.compare)
     with atomic.atomic_path(out_dir) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", comparison)

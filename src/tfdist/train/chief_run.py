@@ -200,7 +200,7 @@ class ChiefRun(TaskRun):
             steady_samples_per_second=result.steady_samples_per_second, startup_seconds=result.startup_seconds,
             cpu_percent=cpu_percent, **asdict(costs), **result.final(), weights_sha256=digest, mlflow_run_id=run_id,
             tensorflow=tf.__version__,
-            hardware=detect_hardware(self.task.hosts if self.task else None),
+            hardware=detect_hardware(self.task.hosts if self.task else None), collectives=result.collectives,
         )
 
 
@@ -226,6 +226,8 @@ def summary_metrics(result: TrainResult) -> dict[str, float]:
         "first_epoch_overhead_seconds": result.first_epoch_overhead_seconds,
         "steady_samples_per_second": result.steady_samples_per_second,
         **({"startup_seconds": result.startup_seconds} if result.startup_seconds is not None else {}),
+        **({"allreduce_latency_ms": 1e3 * result.collectives.latency_seconds,
+            "allreduce_ns_per_byte": 1e9 * result.collectives.seconds_per_byte} if result.collectives else {}),
         **{f"{kind}_function_traces": count for kind, count in result.traces.items()},
     }
 

@@ -18,7 +18,7 @@ from tfdist.data.prepared import Digits
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
-from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
+from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS, CollectiveCosts
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import tracing_count
 from tfdist.train import precision
@@ -53,6 +53,8 @@ class TrainResult:
         steady_samples_per_second: training examples per second at steady state.
         startup_seconds: from the process's start to the beginning of ``fit``
             (imports, strategy, data, tracking), or None where unknown.
+        collectives: the all-reduce's cost between the workers, measured after
+            training (synchronous multi-worker runs; None elsewhere).
     """
 
     model: keras.Model
@@ -69,6 +71,7 @@ class TrainResult:
     first_epoch_overhead_seconds: float = 0.0
     steady_samples_per_second: float = 0.0
     startup_seconds: float | None = None
+    collectives: CollectiveCosts | None = None
 
     def final(self) -> dict[str, float]:
         """The last epoch's loss/accuracy and val_loss/val_accuracy."""

@@ -16,6 +16,7 @@ would take from its peers at start-up).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -34,6 +35,7 @@ from tfdist.distribute.registry import StrategySpec
 from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import configure_collective_coordination
+from tfdist.train import collectives
 from tfdist.train.fit import TrainResult, train_model, weights_digest
 from tfdist.train.resume import RunBackup, open_backup, run_key
 
@@ -91,13 +93,23 @@ class TaskRun:
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
         """Train, backing up every epoch (and resuming from the backup when it holds epochs).
 
+        Synchronous workers then time the all-reduce between them, together
+        (:func:`tfdist.train.collectives.calibrate`): what the compare stage
+        projects more machines from.
+
         Raises:
             RunError: a peer of this cluster task was lost, named in one line (:mod:`tfdist.cluster.peer_loss`).
         """
         assert self.strategy is not None and self.info is not None, "start() first"
         with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
-            return train_model(self.config, self.spec, self.strategy, self.info, self.train_split, self.val_split, callbacks,
-                               self.backup, record_backup)
+            result = train_model(self.config, self.spec, self.strategy, self.info, self.train_split, self.val_split,
+                                 callbacks, self.backup, record_backup)
+            if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
+                return result
+            costs = collectives.calibrate(self.strategy, collectives.gradient_bytes(result.model), self.info.workers)
+        log.info("%s: all-reduce between %d workers: %.3f ms latency, %.2f ns per byte", self.name, costs.workers,
+                 1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
+        return dataclasses.replace(result, collectives=costs)
 
     def train(self) -> TrainOutputs | None:
         """A non-chief worker: train (the collectives need it), keep a record outside the stage outputs."""

@@ -1,0 +1,67 @@
+"""What an all-reduce costs between this cluster's workers: the calibration the compare stage projects from.
+
+Two probes, each all-reduced many times inside one ``tf.function`` as ``fit``
+runs its steps: a 4-byte tensor (what any all-reduce pays, whatever it
+carries: the latency) and a tensor the size of the model's gradients (what
+the bytes add). Every worker runs it together, after training, through the
+strategy that trained: the same ring, the same processes, the same cores.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from tfdist.reports import CollectiveCosts
+from tfdist.tf_imports import tf
+
+#: The latency probe: one float32.
+SMALL_ELEMENTS = 1
+
+
+def all_reduce_loop(strategy: tf.distribute.Strategy, values: tf.Variable, steps: int) -> Any:
+    """A ``tf.function`` that all-reduces ``values`` across the replicas ``steps`` times in a loop."""
+
+    def reduce() -> Any:
+        return tf.distribute.get_replica_context().all_reduce("sum", values * 1.0)
+
+    @tf.function
+    def loop() -> Any:
+        total = tf.constant(0.0)
+        for _ in tf.range(steps):
+            total += tf.reshape(strategy.experimental_local_results(strategy.run(reduce))[0], [-1])[0]
+        return total
+
+    return loop
+
+
+def time_all_reduce(strategy: tf.distribute.Strategy, elements: int, steps: int, repeats: int) -> float:
+    """Median seconds of one all-reduce of ``elements`` float32 values (each call runs ``steps`` of them)."""
+    with strategy.scope():
+        values = tf.Variable(tf.ones([elements]), trainable=False)
+    loop = all_reduce_loop(strategy, values, steps)
+    loop()  # traces it and warms the ring up
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        loop()
+        seconds.append((time.perf_counter() - start) / steps)
+    return statistics.median(seconds)
+
+
+def calibrate(strategy: tf.distribute.Strategy, gradient_bytes: int, workers: int, steps: int = 20,
+              repeats: int = 5) -> CollectiveCosts:
+    """Time the two probes between the workers (every worker must call this, as it does ``fit``)."""
+    large_elements = max(SMALL_ELEMENTS + 1, gradient_bytes // 4)
+    small = time_all_reduce(strategy, SMALL_ELEMENTS, steps, repeats)
+    large = time_all_reduce(strategy, large_elements, steps, repeats)
+    small_bytes, large_bytes = 4 * SMALL_ELEMENTS, 4 * large_elements
+    per_byte = max(0.0, (large - small) / (large_bytes - small_bytes))
+    return CollectiveCosts(workers=workers, small_bytes=small_bytes, small_seconds=small, large_bytes=large_bytes,
+                           large_seconds=large, latency_seconds=small, seconds_per_byte=per_byte)
+
+
+def gradient_bytes(model: Any) -> int:
+    """Bytes of the gradients one step all-reduces: the trainable variables' (in their own dtype)."""
+    return sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)

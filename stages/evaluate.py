@@ -1,4 +1,4 @@
-"""Stage evaluate: one trained model on the test split, plus its confusion matrix."""
+"""Stage evaluate: every trained model on the test split, plus each one's confusion matrix."""
 
 from __future__ import annotations
 
@@ -12,28 +12,32 @@ from tfdist.config import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
 from tfdist.reports import write_report
 
+NORMAL = "normal"
+
 
 @click.command()
 @config_options
-@click.option("--name", required=True, help="The run to evaluate (models/NAME).")
+@click.option("--name", "names", multiple=True,
+              help="A run to evaluate (models/NAME); repeatable. Default: normal and every distributed.strategies entry.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
               help="Prepared data folder (from the preprocess stage).")
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default="models", show_default=True,
-              help="Folder holding NAME/.")
+              help="Folder holding NAME/ for each run.")
 @click.option("--train-reports", type=click.Path(path_type=Path), default="reports/train", show_default=True,
               help="Folder holding NAME.json (gives the MLflow run to log test metrics on).")
 @click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default="reports/eval", show_default=True,
               help="Folder for NAME.json and confusion/NAME.csv.")
-def main(params_path: Path, overrides: tuple[str, ...], name: str, data_dir: Path, models_dir: Path,
+def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], data_dir: Path, models_dir: Path,
          train_reports: Path, reports_dir: Path) -> None:
-    """Test loss, accuracy and per-class precision/recall of model NAME; log them to its MLflow run."""
+    """Test loss, accuracy and per-class precision/recall of each model; log them to its MLflow run."""
     with stage_errors():
-        name = check_run_name(name)
         config = load_config(params_path, overrides)
-        report, actual, predicted = evaluate(config, name, data_dir, models_dir / name, train_reports / f"{name}.json")
-        rows = "".join(f"{a},{p}\n" for a, p in zip(actual, predicted, strict=True))
-        atomic.write_text(reports_dir / "confusion" / f"{name}.csv", "actual,predicted\n" + rows)
-        write_report(reports_dir / f"{name}.json", report)
+        chosen = [check_run_name(name) for name in names or [NORMAL, *config.distributed.strategies]]
+        results = evaluate(config, list(dict.fromkeys(chosen)), data_dir, models_dir, train_reports)
+        for result in results:  # written once every model is evaluated: a failure leaves none half-done
+            rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))
+            atomic.write_text(reports_dir / "confusion" / f"{result.report.name}.csv", "actual,predicted\n" + rows)
+            write_report(reports_dir / f"{result.report.name}.json", result.report)
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ class DistributedConfig:
     # The default pipeline (the registry's DEFAULT_PIPELINE; tests/distribute/test_registry.py holds them equal).
     # The names are checked against the registry where strategies run (tfdist.distribute.registry.check_pipeline).
     strategies: list[str] = _knob(["mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"],
-                                  decides=("compare",), role="operational", min_len=1)
+                                  decides=("evaluate", "compare"), role="operational", min_len=1)
     devices: int = _knob(2, decides=_TRAIN, ge=1)
     workers: int = _knob(2, decides=_TRAIN, ge=1)
     ps: int = _knob(1, decides=_TRAIN, ge=1)
@@ -230,9 +230,14 @@ class CompareConfig:
             as MLPerf Training scores time to a target quality: a larger global batch
             can train faster per sample and still need more epochs. The default is
             one the default pipeline reaches.
+        network_gbit, network_latency_us: the network the projection to more
+            machines assumes between them (bandwidth in Gbit/s, one-way latency
+            in µs): 10 Gbit/s Ethernet with a switch hop by default.
     """
 
     target_accuracy: float = _knob(0.93, decides=("compare",), gt=0, lt=1)
+    network_gbit: float = _knob(10.0, decides=("compare",), gt=0)
+    network_latency_us: float = _knob(50.0, decides=("compare",), ge=0)
 
 
 @dataclass(frozen=True)

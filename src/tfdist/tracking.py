@@ -451,14 +451,23 @@ def set_champion(registered_model: str, run_ids: list[str]) -> str | None:
     return None
 
 
-def load_model(path: Path) -> Any:
-    """Load a Keras model saved by :func:`save_model`.
+def check_model(path: Path) -> None:
+    """Refuse a folder that holds no model :func:`save_model` saved.
 
     Raises:
         InputError: the folder is missing or is not an MLflow model.
     """
     if not (Path(path) / "MLmodel").is_file():
         raise InputError(f"{path} is not a saved model (no MLmodel file); run the train stage first")
+
+
+def load_model(path: Path) -> Any:
+    """Load a Keras model saved by :func:`save_model`.
+
+    Raises:
+        InputError: the folder is missing or is not an MLflow model.
+    """
+    check_model(path)
     import mlflow.tensorflow  # imports TensorFlow: only where a model is loaded
 
     return mlflow.tensorflow.load_model(str(path))

@@ -82,8 +82,9 @@ def test_train_evaluate_compare(workdir, prepared_copy):
         result = invoke(train, "--strategy", strategy, "--name", name, "--set", "mlflow.log_models=true",
                         "--set", "mlflow.register_models=true")
         assert result.exit_code == 0, result.output
-        result = invoke(evaluate, "--name", name)
-        assert result.exit_code == 0, result.output
+    result = invoke(evaluate)  # every run params.yaml lists: normal and mirrored
+    assert result.exit_code == 0, result.output
+    assert "normal: test accuracy" in result.output and "mirrored: test accuracy" in result.output
 
     report = json.loads((workdir / "reports" / "train" / "mirrored.json").read_text())
     assert report["replicas"] == SPLIT_REPLICAS and report["global_batch_size"] == 32 * SPLIT_REPLICAS

@@ -1,8 +1,14 @@
-"""The evaluate stage: test-set metrics and the confusion matrix of a trained model, onto its MLflow run."""
+"""The evaluate stage: test-set metrics and the confusion matrix of every trained model, onto each one's MLflow run.
+
+One process evaluates them all: an evaluation takes a fraction of a second,
+the process's TensorFlow and MLflow imports and store set-up several
+seconds (docs/performance.md, "Start-up"), so five stages paid them five times.
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +22,39 @@ from tfdist.reports import EvalReport, TrainReport, from_dict, read_report
 log = logging.getLogger(__name__)
 
 
-def evaluate(config: Config, name: str, prepared_dir: Path, model_dir: Path, train_report: Path
-             ) -> tuple[EvalReport, np.ndarray, np.ndarray]:
-    """Evaluate model ``name`` on the test split and log the result onto its training run.
+@dataclass(frozen=True)
+class Evaluation:
+    """One model's result on the test split: its report, and the true and predicted labels (the confusion matrix)."""
 
-    Returns:
-        The eval report, the true labels and the predicted labels.
+    report: EvalReport
+    actual: np.ndarray
+    predicted: np.ndarray
+
+
+def evaluate(config: Config, names: list[str], prepared_dir: Path, models_dir: Path, train_reports: Path
+             ) -> list[Evaluation]:
+    """Evaluate every model in ``names`` (``models_dir/NAME``) on the test split, logging each onto its training run.
+
+    Every model and train report is checked before any is evaluated, so a
+    missing one fails the stage at once, naming it.
+
+    Raises:
+        InputError: a model folder or train report is missing or unreadable.
     """
     test = load_split(prepared_dir, "test")
-    run_id = read_report(train_report, TrainReport).mlflow_run_id
+    run_ids = {name: read_report(train_reports / f"{name}.json", TrainReport).mlflow_run_id for name in names}
+    for name in names:
+        tracking.check_model(models_dir / name)
     tracking.configure(config.mlflow)
-    model = tracking.load_model(model_dir)
-    metrics, predicted = evaluate_model(model, test)
-    if run_id:
-        tracking.log_metrics({"test_loss": metrics["loss"], "test_accuracy": metrics["accuracy"]}, run_id=run_id)
-    log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, metrics["accuracy"], metrics["loss"], len(test))
-    return from_dict(EvalReport, {"name": name, **metrics}, name), test.y, predicted
+    results = []
+    for name in names:
+        metrics, predicted = evaluate_model(tracking.load_model(models_dir / name), test)
+        if run_ids[name]:
+            tracking.log_metrics({"test_loss": metrics["loss"], "test_accuracy": metrics["accuracy"]},
+                                 run_id=run_ids[name])
+        log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, metrics["accuracy"], metrics["loss"], len(test))
+        results.append(Evaluation(from_dict(EvalReport, {"name": name, **metrics}, name), test.y, predicted))
+    return results
 
 
 def evaluate_predictions(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:

@@ -14,6 +14,8 @@ time, as it did.
 
     python benchmarks/startup.py              # the commands (about 2 min)
     python benchmarks/startup.py --pipeline   # also a fresh dvc repro of a clone, both ways (about 8 min)
+    python benchmarks/startup.py --before REV # a fresh dvc repro of REV's clone and of this one's, alternating,
+                                              # each stage timed (about 3 min a repro)
 """
 
 from __future__ import annotations
@@ -96,13 +98,59 @@ def pipeline(scratch: Path, envs: dict[str, dict[str, str]]) -> list[list[str]]:
     return rows
 
 
+def stage_seconds(clone: Path, env: dict[str, str]) -> dict[str, float]:
+    """A fresh ``dvc repro`` in ``clone``: each stage's seconds (from DVC's "Running stage" lines), and the total."""
+    start = last = time.perf_counter()
+    stage, seconds = "dvc's start", {}
+    with subprocess.Popen([str(Path(sys.executable).parent / "dvc"), "repro"], cwd=clone, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+        for line in process.stdout:
+            if line.startswith("Running stage '"):
+                now = time.perf_counter()
+                seconds[stage], stage, last = now - last, line.split("'")[1], now
+    if process.returncode:
+        raise SystemExit(f"error: dvc repro in {clone} exited {process.returncode}")
+    now = time.perf_counter()
+    seconds[stage] = now - last
+    seconds["total"] = now - start
+    return seconds
+
+
+def pipeline_against(scratch: Path, before: str, rounds: int) -> list[list[str]]:
+    """A fresh ``dvc repro`` of a clone of ``before`` and of this checkout's HEAD, alternating, each stage timed.
+
+    As a user's clone: the committed baseline, no data, models or store. Each clone runs its own
+    code (``PYTHONPATH``: its src/ and stages/ before the editable install's).
+    """
+    env = environments(scratch)[".pyc"]
+    runs: dict[str, list[dict[str, float]]] = {before: [], "this checkout": []}
+    for index in range(rounds):
+        for way, revision in ((before, before), ("this checkout", "HEAD")):
+            clone = scratch / f"clone-{index}-{'before' if way == before else 'now'}"
+            subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+            subprocess.run(["git", "-C", str(clone), "checkout", "-q", revision], check=True)
+            if (ROOT / "vega" / "offline.html").is_file():
+                shutil.copy2(ROOT / "vega" / "offline.html", clone / "vega")
+            runs[way].append(stage_seconds(clone, {**env, "PYTHONPATH": f"{clone / 'src'}{os.pathsep}{clone}"}))
+            print(f"{way}, round {index + 1}: {runs[way][-1]['total']:.0f} s", file=sys.stderr, flush=True)
+    names = list(dict.fromkeys(name for way in runs.values() for seconds in way for name in seconds))
+    return [[name, *(" / ".join(f"{seconds[name]:.1f}" if name in seconds else "–" for seconds in way)
+                     for way in runs.values())] for name in names]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", action="store_true", help="also time a fresh dvc repro of a clone, both ways")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each command each way (median shown)")
+    parser.add_argument("--before", help="a git revision: a fresh dvc repro of it against this checkout's, stage by stage")
+    parser.add_argument("--rounds", type=int, default=1, help="with --before: repros of each, alternating")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="tfdist-bench-startup-"))
     try:
+        if args.before:
+            print(table(["stage (s)", f"{args.before} (fresh clone)", "this checkout (fresh clone)"],
+                        pipeline_against(scratch, args.before, args.rounds)))
+            return
         work = scratch / "project"
         work.mkdir()
         shutil.copy(ROOT / "params.yaml", work / "params.yaml")

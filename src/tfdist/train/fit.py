@@ -126,7 +126,7 @@ def train_model(
         validation_data=make_dataset(val, plan.val_batch, shuffle=False, seed=config.seed) if len(val) else None,
         epochs=config.train.epochs,
         initial_epoch=initial_epoch,
-        steps_per_epoch=plan.steps if plan.endless else None,
+        steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
         callbacks=[startup, timer, DivergenceGuard(), *callbacks, *resume],
         verbose=2,
     )
@@ -154,7 +154,6 @@ class FitPlan:
             pipeline parallelism; empty: the strategy places the model).
         micro_batches: pieces each step's batch is cut into (1: whole).
         pipelined: the model runs GPipe's step over the micro-batches (pipeline parallelism).
-        multi_worker: replicas in sync across worker processes (MultiWorkerMirrored, 2+ workers).
     """
 
     global_batch: int
@@ -167,18 +166,6 @@ class FitPlan:
     stage_devices: tuple[str, ...] = ()
     micro_batches: int = 1
     pipelined: bool = False
-    multi_worker: bool = False
-
-    @property
-    def endless(self) -> bool:
-        """Whether training reads an endless input, ``steps`` per epoch.
-
-        ParameterServer's workers need one. Across synchronous workers a finite
-        input costs a collective every step: each worker must learn whether every
-        other still has a batch (tf.distribute's ``get_next_as_optional``); an
-        endless one, cut into epochs by the step count, has no end to agree on.
-        """
-        return self.asynchronous or self.multi_worker
 
     @classmethod
     def of(cls, config: Config, spec: StrategySpec, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
@@ -200,17 +187,27 @@ class FitPlan:
         return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
                    round(config.train.warmup_epochs * steps), asynchronous, val_batch, shards,
                    stage_devices=tuple(info.devices) if spec.splits_layers else (),
-                   micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined,
-                   multi_worker=info.synchronous and info.workers > 1)
+                   micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined)
 
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
 
     def train_input(self, train: Digits, seed: int) -> Any:
-        """A dataset (endless across workers), or under ParameterServer a per-worker dataset creator."""
+        """An endless dataset, ``steps`` batches an epoch, or under ParameterServer a per-worker dataset creator.
+
+        Endless, because a finite input costs every epoch a new iterator: over
+        several replicas a multi-device one, whose per-device functions TensorFlow
+        traces anew (0.1-0.3 s an epoch under mirrored, docs/performance.md);
+        across synchronous workers a collective every step besides, as each
+        worker must learn whether every other still has a batch (tf.distribute's
+        ``get_next_as_optional``). Cut into epochs by the step count, an endless
+        input is iterated once and has no end to agree on. Each pass is still
+        reshuffled (seeded) and batched with the remainder dropped, so an epoch
+        is one pass over the digits; the order differs from a new iterator's.
+        """
         if self.asynchronous:
             return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed))
-        return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=self.multi_worker)
+        return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True)
 
     def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
                startup_seconds: float | None) -> TrainResult:

@@ -371,9 +371,13 @@ def _use_advice(rows: list[dict[str, Any]]) -> str:
 
 
 def _scale_advice(rows: list[dict[str, Any]], projections: list[dict[str, Any]], network: Network) -> str:
-    unprojected = [row["name"] for row in rows[1:] if row["paradigm"] == "data" and not row.get("collectives")]
-    left_out = (f" Not projected: {', '.join(unprojected)} (one machine's devices, or parameter_server's pulls and "
-                "pushes, which the model does not cover)." if unprojected else "")
+    unprojected = [row for row in rows[1:] if row["paradigm"] == "data" and not row.get("collectives")]
+    one_machine = [row["name"] for row in unprojected if row["synchronous"]]
+    pulls = [row["name"] for row in unprojected if not row["synchronous"]]
+    reasons = [*([f"{' and '.join(one_machine)} (one machine's devices)"] if one_machine else []),
+               *([f"{' and '.join(pulls)} (its pulls and pushes to the parameter servers are not modelled)"]
+                 if pulls else [])]
+    left_out = f" Not projected: {'; '.join(reasons)}." if reasons else ""
     if not projections:
         return ("No run all-reduced across workers, so there is nothing to project to more machines: add "
                 "`multi_worker_mirrored` to `distributed.strategies`." + left_out)

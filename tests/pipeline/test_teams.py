@@ -177,16 +177,19 @@ def test_basic_auth_turns_away_anonymous_clients_and_serves_the_same_ui(tmp_path
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
                "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1", "--auth"]
+    # A request waits for the one worker to check a password hash, slow CPU work: on a machine loaded
+    # by the other half of the suite one took over 10 s, so each gets a loaded machine's room.
+    wait = 60
     with serving(command, tmp_path, url, env):
         search = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(search, timeout=10)
+            urllib.request.urlopen(search, timeout=wait)
         assert refused.value.code == 401
         request = urllib.request.Request(search, headers={"Authorization": "Basic " + base64.b64encode(
             b"admin:a-long-test-password-7").decode()})
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=wait) as response:
             assert response.status == 200
-        with urllib.request.urlopen(urllib.request.Request(url + "/", headers=request.headers), timeout=10) as page:
+        with urllib.request.urlopen(urllib.request.Request(url + "/", headers=request.headers), timeout=wait) as page:
             assert "mlflow.workflowType_v1" in page.read().decode()
 
 

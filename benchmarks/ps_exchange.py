@@ -1,0 +1,145 @@
+"""Benchmark: the floor of a parameter_server worker step, a bare read and push of the variables.
+
+What parameter_server's worker must do every step whatever the model: read
+the variables from the ps (they live there) and send an update back. A worker
+process and a ps process on loopback (each pinned to a CPU of its own unless
+``--unpinned``), a variable on the ps of 4 bytes and of the seed MLP's 407,080
+bytes; one ``tf.function`` reads it onto the worker and adds a worker-computed
+tensor of its size back, ``--steps`` times (as a closure packs its steps),
+median of ``--repeats`` calls. Then as a step moves them: the MLP's four
+variables each read and pushed, and tf_keras's four metric variables (which
+live on the ps) updated. Against docs/performance.md section 8's 8.9 ms
+worker step: what the exchange alone costs.
+
+    python benchmarks/ps_exchange.py [--steps 50] [--repeats 10] [--unpinned]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
+#: The seed MLP's variables (two kernels, two biases) and tf_keras's metric variables (loss and accuracy: total, count).
+MODEL_TENSORS = ((784, 128), (128,), (128, 10), (10,))
+METRIC_VARIABLES = 4
+
+
+def cluster(ports: list[int]) -> dict[str, list[str]]:
+    return {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+
+
+def ps(ports: list[int]) -> None:
+    from tfdist.tf_imports import tf
+
+    tf.distribute.Server(tf.train.ClusterSpec(cluster(ports)), job_name="ps", task_index=0, protocol="grpc").join()
+
+
+def worker(ports: list[int], steps: int, repeats: int) -> None:
+    from tfdist.runtime import configure_threads
+    from tfdist.tf_imports import tf
+
+    configure_threads(1, 2)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster(ports)), task_type="worker", task_id=0, rpc_layer="grpc")
+    tf.config.experimental_connect_to_cluster(resolver, job_name="worker", task_index=0,
+                                              make_master_device_default=False)
+    for size in SIZES:
+        with tf.device("/job:ps/task:0"):
+            variable = tf.Variable(tf.zeros([size]))
+
+        @tf.function
+        def exchange(variable: tf.Variable = variable) -> None:
+            for _ in tf.range(steps):
+                with tf.device("/job:worker/task:0"):
+                    update = tf.identity(variable) * 0.5  # the read: ps -> worker
+                variable.assign_add(update)  # the push: worker -> ps, applied there
+
+        exchange()  # trace, and connect
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            exchange()
+            seconds.append((time.perf_counter() - start) / steps)
+        print(json.dumps({"bytes": 4 * size, "seconds": statistics.median(seconds)}), flush=True)
+    print(json.dumps({"model": True, "seconds": model_step(tf, steps, repeats)}), flush=True)
+
+
+def model_step(tf: object, steps: int, repeats: int) -> float:
+    """As a parameter_server step moves them: each of the model's variables read and its update pushed, and
+    each metric variable (tf_keras keeps them on the ps) updated; median seconds a step."""
+    with tf.device("/job:ps/task:0"):
+        variables = [tf.Variable(tf.zeros(shape)) for shape in MODEL_TENSORS]
+        metrics = [tf.Variable(0.0) for _ in range(METRIC_VARIABLES)]
+
+    @tf.function
+    def exchange() -> None:
+        for _ in tf.range(steps):
+            with tf.device("/job:worker/task:0"):
+                updates = [tf.identity(v) * 0.5 for v in variables]
+                observed = tf.reduce_sum(updates[-1])
+            for variable, update in zip(variables, updates, strict=True):
+                variable.assign_add(update)
+            for metric in metrics:
+                metric.assign_add(observed)
+
+    exchange()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        exchange()
+        seconds.append((time.perf_counter() - start) / steps)
+    return statistics.median(seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--unpinned", action="store_true")
+    parser.add_argument("--role", choices=["ps", "worker"], help=argparse.SUPPRESS)
+    parser.add_argument("--ports", type=int, nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "ps":
+        return ps(args.ports)
+    if args.role == "worker":
+        return worker(args.ports, args.steps, args.repeats)
+    from tfdist.cluster.ports import free_ports
+    from tfdist.cluster.processes import task_cpus
+
+    ports, cpus = free_ports(2), task_cpus(2)
+
+    def start(role: str, index: int, **streams: object) -> subprocess.Popen:
+        pin = [] if args.unpinned else ["taskset", "-c", ",".join(map(str, cpus[index]))]
+        return subprocess.Popen([*pin, sys.executable, __file__, "--role", role, "--ports", *map(str, ports),
+                                 "--steps", str(args.steps), "--repeats", str(args.repeats)],
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, text=True, **streams)
+
+    server = start("ps", 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = start("worker", 1, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = client.communicate(timeout=600)
+        if client.returncode:
+            raise SystemExit(f"error: the worker exited {client.returncode}:\n{err[-2000:]}")
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    small, large, model = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
+    print(f"a read and a push of a ps variable, worker and ps on loopback ({'unpinned' if args.unpinned else 'a CPU each'}):")
+    for row in (small, large):
+        print(f"  {row['bytes']:>9,} bytes: {1000 * row['seconds']:.3f} ms")
+    print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte of the variable")
+    print(f"  as a step moves them (4 variables read and pushed, {METRIC_VARIABLES} metric variables updated): "
+          f"{1000 * model['seconds']:.3f} ms")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    main()

@@ -25,6 +25,8 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
         config = load_config(params_path, overrides)
         comparison = compare(config, train_reports, eval_reports, out_dir)
         click.echo(comparison["verdict"])
+        if "advice" in comparison:  # what more machines would give, and the network it assumed (compare.network_*)
+            click.echo(f"With more machines: {comparison['advice']['scale']}")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert result.exit_code == 0, result.output
     out = workdir / "reports" / "compare"
     assert "Distribution" in result.output
+    assert "With more machines: No run all-reduced across workers" in result.output, "mirrored is one machine's"
     row = f"| mirrored | mirrored | fit | float32 | sync | {SPLIT_REPLICAS} | 1 | {32 * SPLIT_REPLICAS} |"
     assert row in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0

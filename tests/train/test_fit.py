@@ -72,12 +72,19 @@ def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepa
     assert recorder.epochs == [], "callbacks after the guard (trackers, backups) never see a diverged epoch"
 
 
-def test_each_worker_reads_a_disjoint_shard_under_parameter_server(prepared_dir):
-    """The dataset function gives each worker its own part of the data."""
+def test_each_worker_reads_its_own_order_under_parameter_server(prepared_dir):
+    """The dataset function gives each worker batches of its own, though TensorFlow cannot tell them apart."""
     train = load_split(prepared_dir, "train")
     fn = make_worker_dataset_fn(train, 25, seed=1)
+    # ParameterServerStrategy hands every worker this same context (TF 2.21: one pipeline, id 0)
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
+    first = []
+    for _worker in range(2):
+        (xb, _), = fn(context).take(1).as_numpy_iterator()
+        first.append(xb.tobytes())
+    assert first[0] != first[1], "two workers must not read the same batches in the same order"
     seen = []
-    for pipeline in range(2):
+    for pipeline in range(2):  # were the pipelines told apart, each would read its own shard
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=1)
         batches = fn(context).take(len(train) // 2 // 25)
         seen.append({x.tobytes() for xb, _ in batches.as_numpy_iterator() for x in xb})

@@ -30,12 +30,18 @@ def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: in
 
 
 def make_worker_dataset_fn(digits: Digits, global_batch_size: int, seed: int) -> Any:
-    """A dataset function for ParameterServer training: one endless input per worker.
+    """A dataset function for ParameterServer training: one endless input per worker, each in an order of its own.
 
-    Each worker builds its own pipeline from it: a disjoint shard of the digits
-    (by input pipeline id), reshuffled with a seed of its own, repeated without
-    end (the coordinator counts ``steps_per_epoch``), batched with the
-    remainder dropped at the batch size of one step.
+    Each worker builds its own pipeline from it: its shard of the digits (by
+    input pipeline id), reshuffled every pass, repeated without end (the
+    coordinator counts ``steps_per_epoch``), batched with the remainder dropped
+    at the batch size of one step. TensorFlow (2.21) gives every
+    ParameterServer worker the same input context (one pipeline, id 0) and runs
+    one traced function on each, so neither the context nor a seed tells the
+    workers apart: with a fixed seed both would read the same batches in the
+    same order. The shuffle's seed is therefore drawn on the worker, from its
+    clock, when it creates its input: each worker's order is its own, and not
+    reproducible, as the interleaving of asynchronous updates is not either.
     """
     x, y = digits.x, digits.y
 
@@ -43,7 +49,8 @@ def make_worker_dataset_fn(digits: Digits, global_batch_size: int, seed: int) ->
         batch = context.get_per_replica_batch_size(global_batch_size)
         dataset = tf.data.Dataset.from_tensor_slices((x, y))
         dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id).cache()
-        dataset = dataset.shuffle(len(x), seed=seed + context.input_pipeline_id, reshuffle_each_iteration=True)
+        drawn = tf.cast(tf.math.floormod(tf.timestamp() * 1e6, 2**31), tf.int64) + seed  # this worker's clock, in µs
+        dataset = dataset.shuffle(len(x), seed=drawn, reshuffle_each_iteration=True)
         return dataset.repeat().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn

@@ -67,6 +67,7 @@ class TaskRun:
         if self.task is None:
             self.strategy, self.info = build_strategy(self.spec, distributed.devices, None, distributed.all_reduce)
             return
+        serve_profiler(self.task)
         wait_for_peers(self.task, distributed.connect_timeout)
         if not (self.spec.multi_process and self.spec.synchronous):
             self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
@@ -121,6 +122,26 @@ class TaskRun:
         log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)
 
 
+#: Set to a port, each cluster task serves TensorFlow's profiler on it plus the task's place in the cluster
+#: (chief, then ps, then workers), for TensorBoard's capture or ``tf.profiler.experimental.client.trace``.
+PROFILER_PORT_ENV = "TFDIST_PROFILER_PORT"
+
+
+_profiler_ports: set[int] = set()
+
+
+def serve_profiler(task: ClusterTask) -> None:
+    """Serve TensorFlow's profiler in this task, when :data:`PROFILER_PORT_ENV` asks for it (once a process)."""
+    base = os.environ.get(PROFILER_PORT_ENV)
+    if not base or _profiler_ports:
+        return
+    order = [(job, index) for job in ("chief", "ps", "worker") for index in range(task.count(job))]
+    port = int(base) + order.index((task.task_type, task.task_index))
+    tf.profiler.experimental.server.start(port)
+    _profiler_ports.add(port)
+    log.info("%s serves TensorFlow's profiler on 127.0.0.1:%d (%s)", task.name, port, PROFILER_PORT_ENV)
+
+
 def serve(task: ClusterTask) -> None:
     """Run this process as a server task (a parameter_server worker or ps) until it is stopped.
 
@@ -128,6 +149,7 @@ def serve(task: ClusterTask) -> None:
     TFJob ends when its chief succeeds; the local launcher stops them).
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # nothing to save: die at once when stopped
+    serve_profiler(task)
     server = tf.distribute.Server(
         tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,
         protocol="grpc", start=True,

@@ -1,0 +1,94 @@
+"""Benchmark: where a parameter_server step's time goes, from TensorFlow's profiler in every task.
+
+Runs the train stage for parameter_server (2 workers, 1 ps, the local
+launcher) on the prepared digits tiled to 12,000, every task serving
+TensorFlow's profiler (``TFDIST_PROFILER_PORT``); once training is past its
+first epochs it captures ``--ms`` of all tasks at once, then sums each
+task's host events by name (the TensorFlow ops and runtime activities each
+thread ran) and prints the largest, with the share of the capture each took.
+
+    python benchmarks/ps_profile.py [--ms 2000] [--top 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from strategies import data_folder, stage_command  # noqa: E402
+
+from tfdist.cluster.ports import free_ports  # noqa: E402
+from tfdist.train.task_run import PROFILER_PORT_ENV  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = ("chief", "ps-0", "worker-0", "worker-1")  # the order of their profiler ports
+
+
+def capture(ports: list[int], logdir: Path, ms: int) -> None:
+    from tfdist.tf_imports import tf
+
+    addresses = ",".join(f"grpc://127.0.0.1:{port}" for port in ports)
+    tf.profiler.experimental.client.trace(addresses, str(logdir), ms)
+
+
+def summarize(logdir: Path, ms: int, top: int) -> None:
+    """Each task's host events summed by name, largest first."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    for path in sorted(logdir.rglob("*.xplane.pb")):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(path.read_bytes())
+        for plane in space.planes:
+            if not plane.name.startswith("/host:CPU"):
+                continue
+            names = {key: meta.name for key, meta in plane.event_metadata.items()}
+            totals: collections.Counter[str] = collections.Counter()
+            for line in plane.lines:
+                for event in line.events:
+                    totals[names.get(event.metadata_id, "?")] += event.duration_ps / 1e9  # ms
+            print(f"\n{path.name} ({plane.name}): {len(plane.lines)} threads, top events (ms in {ms} ms, % of it)")
+            for name, total in totals.most_common(top):
+                print(f"  {total:9.1f}  {100 * total / ms:5.1f}%  {name[:110]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ms", type=int, default=2000)
+    parser.add_argument("--top", type=int, default=12)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-ps-profile-"))
+    data = data_folder(root)
+    base = free_ports(1)[0]
+    ports = [base + i for i in range(len(TASKS))]
+    env = {**os.environ, PROFILER_PORT_ENV: str(base)}
+    env.pop("TF_CONFIG", None)
+    command = stage_command(root, data, "ps", "parameter_server", ["train.epochs=6", "distributed.workers=2",
+                                                                   "distributed.ps=1"])
+    logdir = root / "profile"
+    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as stage:
+        captured = None
+        for line in stage.stdout:
+            if captured is None and re.search(r"Epoch 3/", line):
+                captured = threading.Thread(target=capture, args=(ports, logdir, args.ms))
+                captured.start()
+                print(f"capturing {args.ms} ms of {', '.join(TASKS)} from epoch 3", file=sys.stderr, flush=True)
+        if captured:
+            captured.join(timeout=120)
+    if stage.returncode:
+        raise SystemExit(f"error: the train stage exited {stage.returncode}")
+    time.sleep(0.5)
+    summarize(logdir, args.ms, args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import pinned, report_probes  # noqa: E402
+
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
 
 
@@ -55,21 +58,15 @@ def main() -> None:
     ports = free_ports(2)
     cpus = task_cpus(2)
     processes = [subprocess.Popen(
-        [*([] if args.unpinned else ["taskset", "-c", ",".join(map(str, cpus[i]))]), sys.executable, __file__,
-         "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps), "--repeats", str(args.repeats)],
+        pinned([sys.executable, __file__, "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps),
+                "--repeats", str(args.repeats)], None if args.unpinned else cpus[i]),
         stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]
     out, _ = processes[0].communicate(timeout=600)
     processes[1].wait(timeout=60)
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    small, large = rows
-    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
-    print(f"all-reduce between 2 processes on loopback ({'unpinned' if args.unpinned else 'a CPU each'}):")
-    for row in rows:
-        print(f"  {row['bytes']:>9,} bytes: {1000 * row['seconds']:.3f} ms")
-    print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte "
-          f"({1 / per_byte / 1e6:,.0f} MB/s)")
-
+    small, large = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    report_probes(f"all-reduce between 2 processes on loopback ({'unpinned' if args.unpinned else 'a CPU each'}):",
+                  small, large, lambda per_byte: f" ({1 / per_byte / 1e6:,.0f} MB/s)")
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))

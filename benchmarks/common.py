@@ -11,6 +11,7 @@ import contextlib
 import io
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,22 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
              "|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def pinned(command: list[str], cpus: set[int] | None) -> list[str]:
+    """``command`` under ``taskset`` on ``cpus`` (None: as it is, unpinned)."""
+    return ["taskset", "-c", ",".join(map(str, sorted(cpus))), *command] if cpus else command
+
+
+def report_probes(title: str, small: dict, large: dict, note: Callable[[float], str] = lambda per_byte: "") -> float:
+    """Print two timed probes (``{"bytes", "seconds"}``) and the latency and cost per byte they split into.
+
+    Returns the seconds each byte beyond the small probe's added; ``note`` adds to its line.
+    """
+    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
+    print(title)
+    for row in (small, large):
+        print(f"  {row['bytes']:>9,} bytes: {1000 * row['seconds']:.3f} ms")
+    print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte{note(per_byte)}")
+    return per_byte
+

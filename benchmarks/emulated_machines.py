@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from common import table  # noqa: E402
+from common import pinned, table  # noqa: E402
 from strategies import data_folder, report, run, stage_command  # noqa: E402
 
 from tfdist.cluster.processes import task_cpus  # noqa: E402
@@ -49,7 +49,7 @@ def cluster_run(hosts: netns.TestHosts, root: Path, data: Path, name: str, sets:
     processes = []
     for i in range(len(hosts.names)):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        command = ["taskset", "-c", ",".join(map(str, cpus[i])), *stage_command(root, data, name, "multi_worker_mirrored", sets)]
+        command = pinned(stage_command(root, data, name, "multi_worker_mirrored", sets), cpus[i])
         processes.append(hosts.start(i, command, env, REPO, root / f"{name}-worker-{i}.log"))
     for i, process in enumerate(processes):
         if process.wait(timeout=900):
@@ -82,7 +82,7 @@ def main() -> None:
     with netns.TestHosts(2) as hosts:
         for batch in args.batches:
             sets = [f"train.batch_size={batch}", f"train.epochs={args.epochs}"]
-            one_core = ("taskset", "-c", ",".join(map(str, task_cpus(1)[0])))
+            one_core = tuple(pinned([], task_cpus(1)[0]))
             normal = run(root, data, f"b{batch}-normal", "default", sets, prefix=one_core)
             normal_ms = 1000 * normal["steady_epoch_seconds"] / normal["steps_per_epoch"]
             rows.append([batch, "normal, 1 core", "", "", f"{normal_ms:.2f}", "", f"{normal['steady_samples_per_second']:,.0f}",

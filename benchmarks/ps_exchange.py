@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import pinned, report_probes  # noqa: E402
 
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
 #: The seed MLP's variables (two kernels, two biases) and tf_keras's metric variables (loss and accuracy: total, count).
@@ -44,6 +45,7 @@ def ps(ports: list[int]) -> None:
 def worker(ports: list[int], steps: int, repeats: int) -> None:
     from tfdist.runtime import configure_threads
     from tfdist.tf_imports import tf
+    from tfdist.train.collectives import seconds_per_step
 
     configure_threads(1, 2)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -61,19 +63,16 @@ def worker(ports: list[int], steps: int, repeats: int) -> None:
                     update = tf.identity(variable) * 0.5  # the read: ps -> worker
                 variable.assign_add(update)  # the push: worker -> ps, applied there
 
-        exchange()  # trace, and connect
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            exchange()
-            seconds.append((time.perf_counter() - start) / steps)
-        print(json.dumps({"bytes": 4 * size, "seconds": statistics.median(seconds)}), flush=True)
-    print(json.dumps({"model": True, "seconds": model_step(tf, steps, repeats)}), flush=True)
+        print(json.dumps({"bytes": 4 * size, "seconds": seconds_per_step(exchange, steps, repeats)}), flush=True)
+    print(json.dumps({"model": True, "seconds": model_step(steps, repeats)}), flush=True)
 
 
-def model_step(tf: object, steps: int, repeats: int) -> float:
+def model_step(steps: int, repeats: int) -> float:
     """As a parameter_server step moves them: each of the model's variables read and its update pushed, and
     each metric variable (tf_keras keeps them on the ps) updated; median seconds a step."""
+    from tfdist.tf_imports import tf
+    from tfdist.train.collectives import seconds_per_step
+
     with tf.device("/job:ps/task:0"):
         variables = [tf.Variable(tf.zeros(shape)) for shape in MODEL_TENSORS]
         metrics = [tf.Variable(0.0) for _ in range(METRIC_VARIABLES)]
@@ -89,13 +88,7 @@ def model_step(tf: object, steps: int, repeats: int) -> float:
             for metric in metrics:
                 metric.assign_add(observed)
 
-    exchange()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        exchange()
-        seconds.append((time.perf_counter() - start) / steps)
-    return statistics.median(seconds)
+    return seconds_per_step(exchange, steps, repeats)
 
 
 def main() -> None:
@@ -116,9 +109,9 @@ def main() -> None:
     ports, cpus = free_ports(2), task_cpus(2)
 
     def start(role: str, index: int, **streams: object) -> subprocess.Popen:
-        pin = [] if args.unpinned else ["taskset", "-c", ",".join(map(str, cpus[index]))]
-        return subprocess.Popen([*pin, sys.executable, __file__, "--role", role, "--ports", *map(str, ports),
-                                 "--steps", str(args.steps), "--repeats", str(args.repeats)],
+        command = [sys.executable, __file__, "--role", role, "--ports", *map(str, ports), "--steps", str(args.steps),
+                   "--repeats", str(args.repeats)]
+        return subprocess.Popen(pinned(command, None if args.unpinned else cpus[index]),
                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, text=True, **streams)
 
     server = start("ps", 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -131,11 +124,8 @@ def main() -> None:
         server.kill()
         server.wait(timeout=30)
     small, large, model = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
-    print(f"a read and a push of a ps variable, worker and ps on loopback ({'unpinned' if args.unpinned else 'a CPU each'}):")
-    for row in (small, large):
-        print(f"  {row['bytes']:>9,} bytes: {1000 * row['seconds']:.3f} ms")
-    print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte of the variable")
+    report_probes(f"a read and a push of a ps variable, worker and ps on loopback "
+                  f"({'unpinned' if args.unpinned else 'a CPU each'}):", small, large, lambda per_byte: " of the variable")
     print(f"  as a step moves them (4 variables read and pushed, {METRIC_VARIABLES} metric variables updated): "
           f"{1000 * model['seconds']:.3f} ms")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tfdist.reports import CollectiveCosts
@@ -36,18 +37,23 @@ def all_reduce_loop(strategy: tf.distribute.Strategy, values: tf.Variable, steps
     return loop
 
 
-def time_all_reduce(strategy: tf.distribute.Strategy, elements: int, steps: int, repeats: int) -> float:
-    """Median seconds of one all-reduce of ``elements`` float32 values (each call runs ``steps`` of them)."""
-    with strategy.scope():
-        values = tf.Variable(tf.ones([elements]), trainable=False)
-    loop = all_reduce_loop(strategy, values, steps)
-    loop()  # traces it and warms the ring up
+def seconds_per_step(loop: Callable[[], Any], steps: int, repeats: int) -> float:
+    """Median seconds of one of the ``steps`` a call of ``loop`` runs, over ``repeats`` calls after a first one
+    (which traces it and warms the connections up)."""
+    loop()
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
         loop()
         seconds.append((time.perf_counter() - start) / steps)
     return statistics.median(seconds)
+
+
+def time_all_reduce(strategy: tf.distribute.Strategy, elements: int, steps: int, repeats: int) -> float:
+    """Median seconds of one all-reduce of ``elements`` float32 values (each call runs ``steps`` of them)."""
+    with strategy.scope():
+        values = tf.Variable(tf.ones([elements]), trainable=False)
+    return seconds_per_step(all_reduce_loop(strategy, values, steps), steps, repeats)
 
 
 def calibrate(strategy: tf.distribute.Strategy, gradient_bytes: int, workers: int, steps: int = 20,

@@ -12,8 +12,6 @@ from tfdist.config import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
 from tfdist.reports import write_report
 
-NORMAL = "normal"
-
 
 @click.command()
 @config_options
@@ -32,7 +30,7 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
     """Test loss, accuracy and per-class precision/recall of each model; log them to its MLflow run."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        chosen = [check_run_name(name) for name in names or [NORMAL, *config.distributed.strategies]]
+        chosen = [check_run_name(name) for name in names or config.run_names]
         results = evaluate(config, list(dict.fromkeys(chosen)), data_dir, models_dir, train_reports)
         for result in results:  # written once every model is evaluated: a failure leaves none half-done
             rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))

@@ -48,6 +48,10 @@ _RECORDING = ("train", "evaluate", "compare")
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
 
 
+#: The run that trains without distribution, the one every other is compared against.
+NORMAL_RUN = "normal"
+
+
 class ConfigError(InputError):
     """A params file, key or value the user must fix (stages exit with code 2)."""
 
@@ -285,6 +289,11 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+
+    @property
+    def run_names(self) -> list[str]:
+        """The runs the pipeline trains, evaluates and compares: ``normal``, then each of ``distributed.strategies``."""
+        return [NORMAL_RUN, *self.distributed.strategies]
 
 
 def load_config(path: Path | str = "params.yaml", overrides: typing.Sequence[str] = ()) -> Config:

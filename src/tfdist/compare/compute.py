@@ -12,13 +12,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist.config import MIXED_PRECISIONS, CompareConfig
+from tfdist.config import MIXED_PRECISIONS, NORMAL_RUN, CompareConfig
 from tfdist.distribute.registry import splits_layers
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
 from tfdist.reports import EvalReport, TrainReport
 
-NORMAL = "normal"
 # Below this ratio either way, a speed difference is within run-to-run noise.
 _NOISE = 0.10
 # Test accuracy lost (points) past which the advice says so.
@@ -46,14 +45,14 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
     """
     settings = settings or CompareConfig()
     target_accuracy = settings.target_accuracy
-    if NORMAL not in train:
+    if NORMAL_RUN not in train:
         raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
-    base, base_accuracy = train[NORMAL], evaluation[NORMAL].accuracy
+    base, base_accuracy = train[NORMAL_RUN], evaluation[NORMAL_RUN].accuracy
     histories = histories or {}
     reached = {name: time_to_accuracy(histories.get(name, []), target_accuracy) for name in train}
     rows = [_row(train[name], evaluation[name], base, base_accuracy)
-            | _time_to_accuracy_row(reached[name], reached[NORMAL], target_accuracy)
-            for name in [NORMAL, *sorted(n for n in train if n != NORMAL)]]
+            | _time_to_accuracy_row(reached[name], reached[NORMAL_RUN], target_accuracy)
+            for name in [NORMAL_RUN, *sorted(n for n in train if n != NORMAL_RUN)]]
     support = {name: dataclasses.asdict(found) for name, found in base.precision_support.items()}
     network = Network(settings.network_gbit, settings.network_latency_us)
     projections = projection(rows, network)

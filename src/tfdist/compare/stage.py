@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import atomic, tracking
-from tfdist.compare.compute import NORMAL, build_comparison
+from tfdist.compare.compute import build_comparison
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config import Config
 from tfdist.distribute.registry import check_pipeline
@@ -41,7 +41,7 @@ def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> d
         InputError: a report is missing or malformed, naming the file.
     """
     check_pipeline(config.distributed.strategies)
-    names = [NORMAL, *config.distributed.strategies]
+    names = config.run_names
     train_reports = {n: read_report(train_dir / f"{n}.json", TrainReport) for n in names}
     eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}

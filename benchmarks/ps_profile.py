@@ -27,10 +27,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from strategies import data_folder, stage_command  # noqa: E402
 
 from tfdist.cluster.ports import free_ports  # noqa: E402
-from tfdist.train.task_run import PROFILER_PORT_ENV  # noqa: E402
+from tfdist.train.task_run import PROFILER_PORT_ENV, profiler_order  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-TASKS = ("chief", "ps-0", "worker-0", "worker-1")  # the order of their profiler ports
+#: The local cluster profiled: the coordinating chief, 1 ps, 2 workers, in the order of their profiler ports.
+COUNTS = {"chief": 1, "ps": 1, "worker": 2}
+TASKS = [f"{job}-{index}" for job, index in profiler_order(COUNTS)]
 
 
 def capture(ports: list[int], logdir: Path, ms: int) -> None:
@@ -71,8 +73,8 @@ def main() -> None:
     ports = [base + i for i in range(len(TASKS))]
     env = {**os.environ, PROFILER_PORT_ENV: str(base)}
     env.pop("TF_CONFIG", None)
-    command = stage_command(root, data, "ps", "parameter_server", ["train.epochs=6", "distributed.workers=2",
-                                                                   "distributed.ps=1"])
+    command = stage_command(root, data, "ps", "parameter_server", [
+        "train.epochs=6", f"distributed.workers={COUNTS['worker']}", f"distributed.ps={COUNTS['ps']}"])
     logdir = root / "profile"
     with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as stage:

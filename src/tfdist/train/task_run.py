@@ -123,23 +123,26 @@ class TaskRun:
 
 
 #: Set to a port, each cluster task serves TensorFlow's profiler on it plus the task's place in the cluster
-#: (chief, then ps, then workers), for TensorBoard's capture or ``tf.profiler.experimental.client.trace``.
+#: (:func:`profiler_order`), for TensorBoard's capture or ``tf.profiler.experimental.client.trace``.
 PROFILER_PORT_ENV = "TFDIST_PROFILER_PORT"
+_profiler_served: list[int] = []  # the port this process serves on, once it does
 
 
-_profiler_ports: set[int] = set()
+def profiler_order(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """The cluster's tasks in the order their profiler ports follow: the chief, then the ps tasks, then the workers."""
+    return [(job, index) for job in ("chief", "ps", "worker") for index in range(counts.get(job, 0))]
 
 
 def serve_profiler(task: ClusterTask) -> None:
     """Serve TensorFlow's profiler in this task, when :data:`PROFILER_PORT_ENV` asks for it (once a process)."""
     base = os.environ.get(PROFILER_PORT_ENV)
-    if not base or _profiler_ports:
+    if not base or _profiler_served:
         return
-    order = [(job, index) for job in ("chief", "ps", "worker") for index in range(task.count(job))]
+    order = profiler_order({job: task.count(job) for job in task.cluster})
     port = int(base) + order.index((task.task_type, task.task_index))
     tf.profiler.experimental.server.start(port)
-    _profiler_ports.add(port)
-    log.info("%s serves TensorFlow's profiler on 127.0.0.1:%d (%s)", task.name, port, PROFILER_PORT_ENV)
+    _profiler_served.append(port)
+    log.info("%s serves TensorFlow's profiler on port %d (%s)", task.name, port, PROFILER_PORT_ENV)
 
 
 def serve(task: ClusterTask) -> None:

@@ -6,6 +6,7 @@ error, one line on stderr naming the key or path; 1 a failure while running.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -27,6 +28,33 @@ def program(name: str) -> str | None:
     """The executable ``name`` beside this Python (the venv's: dvc, weed), else on PATH, else None."""
     beside = Path(sys.executable).with_name(name)
     return str(beside) if os.access(beside, os.X_OK) else shutil.which(name)
+
+
+def run_stage(command: click.Command) -> None:
+    """Run a pipeline stage's command, then end its process without the interpreter's teardown.
+
+    Once a stage has written its outputs and Python has run its exit work
+    (non-daemon threads joined, every ``atexit`` handler registered after this
+    call: MLflow's, TensorFlow's), what is left is tearing down the modules and
+    TensorFlow's C++ runtime: 1.8 s of every process that loaded TensorFlow
+    (py-spy, docs/performance.md "Start-up"). A multi-process run's tasks also
+    keep their training input's iterators, whose destruction stalls for seconds
+    (:func:`tfdist.tf_private.inputs_kept_alive`). The process
+    ends with the stage's exit code at that point, after stdout and stderr are
+    flushed and the native-log filter has passed on everything.
+    """
+    exit_code = [1]  # an uncaught exception: Python prints the traceback, exit 1
+    atexit.register(_end_now, exit_code)
+    try:
+        command()
+    except SystemExit as stop:
+        exit_code[0] = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        raise
+
+
+def _end_now(exit_code: list[int]) -> None:
+    logging.shutdown()  # registered before this handler, so it would not run
+    native_logs.exit_now(exit_code[0])
 
 
 def config_options(command: Callable[..., Any]) -> Callable[..., Any]:

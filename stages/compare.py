@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, stage_errors
+from stages._cli import config_options, run_stage, stage_errors
 from tfdist.compare.stage import compare
 from tfdist.config import load_config
 
@@ -30,4 +30,4 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, stage_errors
+from stages._cli import config_options, run_stage, stage_errors
 from tfdist import atomic
 from tfdist.config import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
@@ -39,4 +39,4 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

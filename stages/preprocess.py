@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, stage_errors
+from stages._cli import config_options, run_stage, stage_errors
 from tfdist import atomic
 from tfdist.config import load_config
 from tfdist.data.stage import preprocess
@@ -26,4 +26,4 @@ def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: P
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

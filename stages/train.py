@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, stage_errors
+from stages._cli import config_options, run_stage, stage_errors
 from tfdist.config import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.reports import RunPaths, write_history, write_report
@@ -53,4 +53,4 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

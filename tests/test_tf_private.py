@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import create_optimizer_slots, tracing_count, untracked
+from tfdist.tf_private import _kept_inputs, create_optimizer_slots, inputs_kept_alive, tracing_count, untracked
 
 
 def test_untracked_attributes_are_neither_weights_nor_dependencies():
@@ -59,3 +59,17 @@ def test_optimizer_slots_are_created_up_front_for_legacy_and_new_optimizers():
         create_optimizer_slots(optimizer, model.trainable_variables)
         variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
         assert len(variables) >= 4, f"{make.__name__}: two moments for each of kernel and bias"
+
+
+def test_a_kept_alive_input_is_still_the_distributed_dataset_fit_expects_and_keeps_each_iterator():
+    strategy = tf.distribute.get_strategy()  # the default strategy: distributes like the others, in this process
+    dataset = tf.data.Dataset.from_tensor_slices((tf.ones((8, 3)), tf.zeros((8,)))).batch(4).repeat()
+    kept = inputs_kept_alive(strategy, dataset, coordinated=False)
+    assert isinstance(kept, type(strategy.experimental_distribute_dataset(dataset)))
+    before = len(_kept_inputs)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    history = model.fit(kept, epochs=2, steps_per_epoch=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert len(_kept_inputs) == before + 1, "fit iterates the endless input once, and that iterator is kept"
+    assert _kept_inputs[-1] is not None

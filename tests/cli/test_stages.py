@@ -2,6 +2,8 @@
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -174,3 +176,28 @@ def test_ui_needs_a_store_and_a_free_port(workdir):
         result = invoke(ui, "--port", port)
     assert result.exit_code == 2 and f"cannot serve on 127.0.0.1:{port}" in result.output
     assert "pass another --port" in result.output
+
+
+def test_a_stage_process_ends_with_its_exit_code_after_its_exit_handlers_without_teardown(tmp_path):
+    """run_stage: atexit handlers registered by the stage run, then the process ends with the command's code."""
+    script = tmp_path / "stage.py"
+    script.write_text(
+        "import atexit, sys, click\n"
+        "from stages._cli import run_stage\n"
+        "@click.command()\n@click.option('--code', type=int)\n"
+        "def main(code):\n"
+        "    atexit.register(lambda: print('handler ran', flush=True))\n"
+        "    print('stage ran')\n"
+        "    if code == 99:\n        raise RuntimeError('a bug')\n"
+        "    sys.exit(code)\n"
+        "class Teardown:\n"
+        "    def __del__(self):\n        print('torn down', flush=True)\n"
+        "kept = Teardown()\n"  # a module global: collected in the interpreter's teardown, which is skipped
+        "run_stage(main)\n"
+    )
+    for code, expected in ((0, 0), (2, 2), (99, 1)):
+        result = subprocess.run([sys.executable, str(script), "--code", str(code)], capture_output=True, text=True,
+                                timeout=60, cwd=Path(__file__).parents[2])
+        assert result.returncode == expected, result.stderr
+        assert result.stdout.splitlines() == ["stage ran", "handler ran"], result.stdout
+    assert "RuntimeError: a bug" in result.stderr, "an uncaught error still prints its traceback"

@@ -20,7 +20,7 @@ from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS, CollectiveCosts
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import tracing_count
+from tfdist.tf_private import inputs_kept_alive, tracing_count
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.input_pipeline import make_dataset, make_worker_dataset_fn
@@ -120,9 +120,12 @@ def train_model(
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
     resume, initial_epoch = (resume_callbacks(backup, spec.backup, model, record_backup)
                              if backup else ([], 0))
+    train_input = plan.train_input(train, config.seed)
+    if spec.multi_process:  # destroying its iterators stalls the stage for seconds
+        train_input = inputs_kept_alive(strategy, train_input, coordinated=not info.synchronous)
     started = time.perf_counter()
     fit = model.fit(
-        plan.train_input(train, config.seed),
+        train_input,
         validation_data=make_dataset(val, plan.val_batch, shuffle=False, seed=config.seed) if len(val) else None,
         epochs=config.train.epochs,
         initial_epoch=initial_epoch,

@@ -62,8 +62,6 @@ def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch
             from tfdist.cluster.ray_launcher import launch_ray
 
             return launch_ray(spec, config.distributed, launch, on_stop=stop)
-        if spec.launcher_trains:
-            configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
         return launcher.launch_local(
             spec, config.distributed, launch,
             coordinate=lambda chief: _coordinate(config, spec, name, paths, chief),
@@ -110,9 +108,13 @@ def _run(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: C
 def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, chief: ClusterTask) -> TrainOutputs | None:
     """A coordinating chief: train, then drop the connections to the workers before they are stopped.
 
-    Dropped now, the errors of deleting functions on workers that are gone
-    (lost mid-training, or stopped) are filtered out; at exit they would not be.
+    TensorFlow is first imported here, under the local launcher once the other
+    tasks have started: they import it meanwhile, instead of waiting 3 s for
+    this process to. Dropped now, the errors of deleting functions on workers
+    that are gone (lost mid-training, or stopped) are filtered out; at exit
+    they would not be.
     """
+    configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
     from tfdist.tf_private import reset_eager_context
 
     outputs = _run(config, spec, name, paths, chief)

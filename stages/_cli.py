@@ -92,7 +92,7 @@ def stage_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("error: interrupted by SIGINT", err=True)
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
-    except TfdistError as err:
+    except (TfdistError, Interrupted) as err:
         click.echo(f"error: {err}", err=True)
         if err.exit_at_once:
             native_logs.exit_now(err.exit_code)

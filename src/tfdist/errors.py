@@ -43,8 +43,17 @@ class PeerLost(RunError):
     exit_at_once = True
 
 
-class Interrupted(RunError):
-    """The process got SIGINT or SIGTERM and stopped (exit 128 + the signal number)."""
+class Interrupted(BaseException):
+    """The process got SIGINT or SIGTERM and stopped (exit 128 + the signal number).
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: the SIGTERM handler raises
+    it wherever the process happens to be, and an ``except Exception`` there
+    must not swallow it. logging's ``Handler.emit`` did: a SIGTERM that landed
+    while a worker logged "waiting for worker-1" was printed as a logging error,
+    and the worker went on waiting (one loaded run in three).
+    """
+
+    exit_at_once = False
 
     def __init__(self, signum: int, what: str = ""):
         super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {what}" if what else ""))

@@ -201,3 +201,31 @@ def test_a_stage_process_ends_with_its_exit_code_after_its_exit_handlers_without
         assert result.returncode == expected, result.stderr
         assert result.stdout.splitlines() == ["stage ran", "handler ran"], result.stdout
     assert "RuntimeError: a bug" in result.stderr, "an uncaught error still prints its traceback"
+
+
+def test_sigterm_while_a_stage_logs_still_stops_it(tmp_path):
+    """The SIGTERM handler's Interrupted is no Exception: logging's emit, where it may land, cannot swallow it."""
+    script = tmp_path / "stage.py"
+    script.write_text(
+        "import logging, os, signal, time, click\n"
+        "from stages._cli import stage_errors\n"
+        "class Terminating:\n"  # a stream whose first write is where SIGTERM lands
+        "    sent = False\n"
+        "    def write(self, text):\n"
+        "        if not Terminating.sent:\n"
+        "            Terminating.sent = True\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    def flush(self):\n        pass\n"
+        "@click.command()\n"
+        "def main():\n"
+        "    with stage_errors():\n"
+        "        logging.getLogger().addHandler(logging.StreamHandler(Terminating()))\n"
+        "        logging.getLogger('waiting').warning('waiting for worker-1')\n"
+        "        time.sleep(30)\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).parents[2])
+    assert result.returncode == 128 + 15, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: interrupted by SIGTERM"
+    assert "Logging error" not in result.stderr

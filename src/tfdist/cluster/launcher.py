@@ -88,9 +88,7 @@ def launch_local(
     while True:
         try:
             return _attempt(spec, distributed, command, coordinate, on_stop)
-        except Interrupted:
-            raise
-        except RunError as err:
+        except RunError as err:  # not Interrupted (a BaseException): a stopped launcher never restarts
             if restart >= limit:
                 raise RunError(f"{err}\n(gave up after {restart} restart(s): distributed.max_restarts is {limit})") from None
             restart += 1

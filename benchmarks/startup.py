@@ -119,6 +119,8 @@ def stage_seconds(clone: Path, env: dict[str, str]) -> dict[str, float]:
 def pipeline_against(scratch: Path, before: str, rounds: int) -> list[list[str]]:
     """A fresh ``dvc repro`` of a clone of ``before`` and of this checkout's HEAD, alternating, each stage timed.
 
+    Below the stages, each train stage's ``startup_seconds`` (process start to ``fit``) from its report.
+
     As a user's clone: the committed baseline, no data, models or store. Each clone runs its own
     code (``PYTHONPATH``: its src/ and stages/ before the editable install's).
     """
@@ -131,7 +133,9 @@ def pipeline_against(scratch: Path, before: str, rounds: int) -> list[list[str]]
             subprocess.run(["git", "-C", str(clone), "checkout", "-q", revision], check=True)
             if (ROOT / "vega" / "offline.html").is_file():
                 shutil.copy2(ROOT / "vega" / "offline.html", clone / "vega")
-            runs[way].append(stage_seconds(clone, {**env, "PYTHONPATH": f"{clone / 'src'}{os.pathsep}{clone}"}))
+            seconds = stage_seconds(clone, {**env, "PYTHONPATH": f"{clone / 'src'}{os.pathsep}{clone}"})
+            seconds.update({f"start-up to fit: {name}": value for name, value in startups(clone / "reports/train").items()})
+            runs[way].append(seconds)
             print(f"{way}, round {index + 1}: {runs[way][-1]['total']:.0f} s", file=sys.stderr, flush=True)
     names = list(dict.fromkeys(name for way in runs.values() for seconds in way for name in seconds))
     return [[name, *(" / ".join(f"{seconds[name]:.1f}" if name in seconds else "–" for seconds in way)

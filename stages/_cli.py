@@ -22,6 +22,7 @@ import click
 
 from tfdist import native_logs
 from tfdist.errors import Interrupted, TfdistError
+from tfdist.runtime import end_without_teardown
 
 
 def program(name: str) -> str | None:
@@ -37,14 +38,15 @@ def run_stage(command: click.Command) -> None:
     (non-daemon threads joined, every ``atexit`` handler registered after this
     call: MLflow's, TensorFlow's), what is left is tearing down the modules and
     TensorFlow's C++ runtime: 1.8 s of every process that loaded TensorFlow
-    (py-spy, docs/performance.md "Start-up"). A multi-process run's tasks also
-    keep their training input's iterators, whose destruction stalls for seconds
+    (py-spy, docs/performance.md "Start-up"). A distributed run also keeps its
+    training input's iterators, whose destruction stalls for seconds
     (:func:`tfdist.tf_private.inputs_kept_alive`). The process
     ends with the stage's exit code at that point, after stdout and stderr are
     flushed and the native-log filter has passed on everything.
     """
     exit_code = [1]  # an uncaught exception: Python prints the traceback, exit 1
     atexit.register(_end_now, exit_code)
+    end_without_teardown()
     try:
         command()
     except SystemExit as stop:

@@ -6,6 +6,7 @@ If a TensorFlow or tf_keras upgrade moves or changes one, this fails first, nami
 import subprocess
 import sys
 
+from tfdist import runtime
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import _kept_inputs, create_optimizer_slots, inputs_kept_alive, tracing_count, untracked
 
@@ -61,9 +62,12 @@ def test_optimizer_slots_are_created_up_front_for_legacy_and_new_optimizers():
         assert len(variables) >= 4, f"{make.__name__}: two moments for each of kernel and bias"
 
 
-def test_a_kept_alive_input_is_still_the_distributed_dataset_fit_expects_and_keeps_each_iterator():
+def test_a_kept_alive_input_is_still_the_distributed_dataset_fit_expects_and_keeps_each_iterator(monkeypatch):
     strategy = tf.distribute.get_strategy()  # the default strategy: distributes like the others, in this process
     dataset = tf.data.Dataset.from_tensor_slices((tf.ones((8, 3)), tf.zeros((8,)))).batch(4).repeat()
+    assert inputs_kept_alive(strategy, dataset, coordinated=False) is dataset, \
+        "kept only in a process that ends without teardown (here, the iterators would be destroyed at exit anyway)"
+    monkeypatch.setattr(runtime, "_without_teardown", [True])  # as stages._cli.run_stage declares it
     kept = inputs_kept_alive(strategy, dataset, coordinated=False)
     assert isinstance(kept, type(strategy.experimental_distribute_dataset(dataset)))
     before = len(_kept_inputs)

@@ -15,6 +15,7 @@ from typing import Any
 from tensorflow.python.eager import context as _eager_context
 from tf_keras.src.engine import training as _keras_training
 
+from tfdist.runtime import ends_without_teardown
 from tfdist.tf_imports import tf
 
 #: Decorates a Keras layer/model method whose attribute assignments must not be
@@ -39,19 +40,22 @@ _kept_classes: dict[type, type] = {}
 
 
 def inputs_kept_alive(strategy: tf.distribute.Strategy, dataset: Any, coordinated: bool) -> Any:
-    """``fit``'s training input under a multi-process ``strategy``, its iterators kept until the process ends.
+    """``fit``'s training input under a distributing ``strategy``, its iterators kept until the process ends.
 
-    Destroying an iterator over an endless input whose elements cross processes
-    blocks for seconds (TensorFlow 2.21, ``py-spy dump --native``: ``~MultiDeviceIterator``
-    waits in ``UnboundedThreadPool``'s ``~LogicalThreadWrapper`` for the iterator's
-    background thread, every process idle). Under MultiWorkerMirrored each
-    worker's ``fit`` stalled 1-13 s when it returned and dropped its iterator.
-    Under ParameterServer (``coordinated``) the iterators and datasets the
-    coordinator creates on each worker are destroyed remotely, and in one run of
-    two or three the coordinator's next eager op waited 9 s behind that
+    Destroying an iterator over an endless input spread over several devices or
+    processes blocks for seconds (TensorFlow 2.21, ``py-spy dump --native``:
+    ``~MultiDeviceIterator`` waits in ``UnboundedThreadPool``'s
+    ``~LogicalThreadWrapper`` for the iterator's background thread, every
+    process idle). Under MultiWorkerMirrored each worker's ``fit`` stalled
+    1-13 s when it returned and dropped its iterator; under Mirrored, in some
+    runs, 5 s. Under ParameterServer (``coordinated``) the iterators and datasets
+    the coordinator creates on each worker are destroyed remotely, and in one
+    run of two or three the coordinator's next eager op waited 9 s behind that
     destruction (``EagerContext::MaybeRegisterFunctionRemotely``). Kept
-    referenced here, they are never destroyed: the train stage ends its process
-    without the interpreter's teardown (``stages._cli.run_stage``).
+    referenced here, they are never destroyed, in a process that ends without
+    the interpreter's teardown (:func:`tfdist.runtime.end_without_teardown`);
+    elsewhere (a test, a notebook) they would be destroyed at exit, stalls and
+    all, and ``dataset`` is returned as it is.
 
     Returns:
         ``dataset`` distributed, as an instance of a subclass of its distributed
@@ -59,6 +63,8 @@ def inputs_kept_alive(strategy: tf.distribute.Strategy, dataset: Any, coordinate
         dataset it expects); under ParameterServer, ``dataset`` itself, the
         coordinator recording every per-worker resource it creates.
     """
+    if not ends_without_teardown():
+        return dataset
     if coordinated:
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)  # the strategy's one
         create = coordinator._create_per_worker_resources

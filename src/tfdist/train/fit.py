@@ -121,7 +121,7 @@ def train_model(
     resume, initial_epoch = (resume_callbacks(backup, spec.backup, model, record_backup)
                              if backup else ([], 0))
     train_input = plan.train_input(train, config.seed)
-    if spec.multi_process:  # destroying its iterators stalls the stage for seconds
+    if spec.multi_process or info.replicas > 1:  # destroying its iterators stalls the stage for seconds
         train_input = inputs_kept_alive(strategy, train_input, coordinated=not info.synchronous)
     started = time.perf_counter()
     fit = model.fit(

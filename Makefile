@@ -75,7 +75,7 @@ slurm: ## Install Debian's slurm-wlm and munge for the Slurm tests, if missing (
 	@command -v slurmd >/dev/null || { echo "error: slurmd not found; install Debian's slurm-wlm"; exit 1; }
 
 # Two xdist workers, a test file whole on one (tests/conftest.py's scheduler hook), the longest files first:
-# the whole suite in 21.7 min against about 40 serially (docs/performance.md, "CI"). Bounded waits leave a loaded
+# the whole suite in 16.9 min against about 40 serially (docs/performance.md, "CI"). Bounded waits leave a loaded
 # machine room (about 3x what one test alone measured): the other half of the suite runs meanwhile.
 ON_BOTH_CORES := -n 2 --dist loadscope --no-loadscope-reorder
 

@@ -22,7 +22,6 @@ import click
 
 from tfdist import native_logs
 from tfdist.errors import Interrupted, TfdistError
-from tfdist.runtime import end_without_teardown
 
 
 def program(name: str) -> str | None:
@@ -46,7 +45,7 @@ def run_stage(command: click.Command) -> None:
     """
     exit_code = [1]  # an uncaught exception: Python prints the traceback, exit 1
     atexit.register(_end_now, exit_code)
-    end_without_teardown()
+    native_logs.end_without_teardown()
     try:
         command()
     except SystemExit as stop:

@@ -17,6 +17,10 @@ reaches the user.
 
 Every process the project starts (each stage, each worker) calls it before
 TensorFlow loads; ``TFDIST_TF_LOGS=1`` turns it off, for debugging.
+
+A process ending at once (:func:`exit_now`) must let the filter drain first,
+so this module also ends processes, and knows whether this one will end
+without the interpreter's teardown (:func:`end_without_teardown`).
 """
 
 from __future__ import annotations
@@ -116,6 +120,24 @@ def restore() -> None:
         os.dup2(real, 2)  # closes this process's last write end of the pipe: the pump reads to its end
     pump.join(timeout=2)
     os.close(real)
+
+
+_without_teardown: list[bool] = []
+
+
+def end_without_teardown() -> None:
+    """Declare that this process will end through :func:`exit_now`, without the interpreter's teardown.
+
+    ``stages._cli.run_stage`` declares it for every pipeline stage. What is
+    costly to destroy may then be kept until the end
+    (:func:`tfdist.tf_private.inputs_kept_alive`).
+    """
+    _without_teardown.append(True)
+
+
+def ends_without_teardown() -> bool:
+    """Whether :func:`end_without_teardown` was declared in this process."""
+    return bool(_without_teardown)
 
 
 def exit_now(code: int) -> NoReturn:

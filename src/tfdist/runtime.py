@@ -27,23 +27,6 @@ def tensorflow() -> Any:
 
 
 
-_without_teardown: list[bool] = []
-
-
-def end_without_teardown() -> None:
-    """Declare that this process ends without the interpreter's teardown (``stages._cli.run_stage`` does so).
-
-    What is costly to destroy may then be kept until the end
-    (:func:`tfdist.tf_private.inputs_kept_alive`).
-    """
-    _without_teardown.append(True)
-
-
-def ends_without_teardown() -> bool:
-    """Whether :func:`end_without_teardown` was declared in this process."""
-    return bool(_without_teardown)
-
-
 def configure_cpu_devices(count: int) -> list[str]:
     """Split the CPU into ``count`` logical devices, unless GPUs are present.
 

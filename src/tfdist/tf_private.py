@@ -15,7 +15,7 @@ from typing import Any
 from tensorflow.python.eager import context as _eager_context
 from tf_keras.src.engine import training as _keras_training
 
-from tfdist.runtime import ends_without_teardown
+from tfdist.native_logs import ends_without_teardown
 from tfdist.tf_imports import tf
 
 #: Decorates a Keras layer/model method whose attribute assignments must not be
@@ -53,7 +53,7 @@ def inputs_kept_alive(strategy: tf.distribute.Strategy, dataset: Any, coordinate
     run of two or three the coordinator's next eager op waited 9 s behind that
     destruction (``EagerContext::MaybeRegisterFunctionRemotely``). Kept
     referenced here, they are never destroyed, in a process that ends without
-    the interpreter's teardown (:func:`tfdist.runtime.end_without_teardown`);
+    the interpreter's teardown (:func:`tfdist.native_logs.end_without_teardown`);
     elsewhere (a test, a notebook) they would be destroyed at exit, stalls and
     all, and ``dataset`` is returned as it is.
 

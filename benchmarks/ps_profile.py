@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from strategies import data_folder, stage_command  # noqa: E402
 
 from tfdist.cluster.ports import free_ports  # noqa: E402
-from tfdist.train.task_run import PROFILER_PORT_ENV, profiler_order  # noqa: E402
+from tfdist.train.server import PROFILER_PORT_ENV, profiler_order  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 #: The local cluster profiled: the coordinating chief, 1 ps, 2 workers, in the order of their profiler ports.

@@ -4,7 +4,8 @@
 * **cluster task** (cluster mode: TF_CONFIG set, a Kubeflow Trainer JobSet pod,
   or one of several tasks of a Slurm step): the task it is: the chief
   trains, tracks and writes the outputs; another worker trains; a
-  parameter_server worker or ps serves until stopped;
+  parameter_server worker or ps serves until stopped (:mod:`tfdist.train.server`,
+  TensorFlow without tf_keras);
 * **local launcher** (a multi-process strategy, no TF_CONFIG): starts the
   cluster as processes on 127.0.0.1 (:mod:`tfdist.cluster.launcher`) and, where the
   strategy says so, coordinates training as its chief; or, with
@@ -67,20 +68,21 @@ def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch
             coordinate=lambda chief: _coordinate(config, spec, name, paths, chief),
             on_stop=stop,
         )
-    configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
     if not spec.multi_process:
+        configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
         if task is not None:
             log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster_spec.TF_CONFIG, spec.name)
         return _run(config, spec, name, paths, None)
     check_cluster(task, spec)
     log.info("cluster mode: this process is %s of %s", task.name, launcher.describe_cluster(task.cluster))
     if spec.launcher_trains and task.task_type != "chief":
-        from tfdist.train.task_run import serve
+        from tfdist.train.server import serve  # TensorFlow without tf_keras: a server builds no model
 
-        serve(task)
+        serve(task, config.runtime)
         return None
     if spec.launcher_trains:  # parameter_server's chief coordinates, as under the local launcher
         return _coordinate(config, spec, name, paths, task)
+    configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
     return _run(config, spec, name, paths, task)
 
 

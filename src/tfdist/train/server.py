@@ -1,0 +1,59 @@
+"""A cluster task that only serves: a parameter_server worker or ps, and TensorFlow's profiler in any task.
+
+A server runs what the coordinating chief sends it and builds no model, so
+it loads TensorFlow without tf_keras (:func:`tfdist.runtime.tensorflow_without_keras`):
+1.1-1.6 s less CPU in each of the three servers a default parameter_server
+stage starts on two cores beside its chief (docs/performance.md, "Start-up").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from tfdist.config import RuntimeConfig
+from tfdist.distribute.cluster_spec import ClusterTask
+from tfdist.runtime import configure_threads, tensorflow, tensorflow_without_keras
+
+log = logging.getLogger(__name__)
+
+#: Set to a port, each cluster task serves TensorFlow's profiler on it plus the task's place in the cluster
+#: (:func:`profiler_order`), for TensorBoard's capture or ``tf.profiler.experimental.client.trace``.
+PROFILER_PORT_ENV = "TFDIST_PROFILER_PORT"
+_profiler_served: list[int] = []  # the port this process serves on, once it does
+
+
+def profiler_order(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """The cluster's tasks in the order their profiler ports follow: the chief, then the ps tasks, then the workers."""
+    return [(job, index) for job in ("chief", "ps", "worker") for index in range(counts.get(job, 0))]
+
+
+def serve_profiler(task: ClusterTask) -> None:
+    """Serve TensorFlow's profiler in this task, when :data:`PROFILER_PORT_ENV` asks for it (once a process)."""
+    base = os.environ.get(PROFILER_PORT_ENV)
+    if not base or _profiler_served:
+        return
+    order = profiler_order({job: task.count(job) for job in task.cluster})
+    port = int(base) + order.index((task.task_type, task.task_index))
+    tensorflow().profiler.experimental.server.start(port)
+    _profiler_served.append(port)
+    log.info("%s serves TensorFlow's profiler on port %d (%s)", task.name, port, PROFILER_PORT_ENV)
+
+
+def serve(task: ClusterTask, runtime: RuntimeConfig) -> None:
+    """Run this process as a server task (a parameter_server worker or ps) until it is stopped.
+
+    The chief sends these tasks their work; they never finish on their own (a
+    TFJob ends when its chief succeeds; the local launcher stops them).
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # nothing to save: die at once when stopped
+    tf = tensorflow_without_keras()
+    configure_threads(runtime.intra_op_threads, runtime.inter_op_threads)
+    serve_profiler(task)
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,
+        protocol="grpc", start=True,
+    )
+    log.info("%s serving on %s for the chief", task.name, task.cluster[task.task_type][task.task_index])
+    server.join()

@@ -132,8 +132,8 @@ def test_a_killed_task_fails_the_stage_fast_naming_it_and_leaving_nothing(workdi
 
 
 def test_parameter_server_validates_exactly_even_with_fewer_batches_than_shards(workdir):
-    # 400 validation digits at batch 200 make 2 batches; exact evaluation wants 5 shards per worker.
-    result = run_stage(workdir, "parameter_server", "train.batch_size=200", "train.epochs=2")
+    # 400 validation digits at batch 500 make 1 batch; exact evaluation wants a shard for each of the 2 workers.
+    result = run_stage(workdir, "parameter_server", "train.batch_size=500", "train.epochs=2")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((workdir / "reports" / "parameter_server.json").read_text())
     assert 0 < report["val_accuracy"] <= 1

@@ -5,13 +5,13 @@ import pytest
 
 from tfdist.config import load_config
 from tfdist.data.prepared import load_split
-from tfdist.distribute.builders import build_strategy
+from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 from tfdist.reports import EPOCH_COLUMNS
 from tfdist.tf_imports import keras, tf
 from tfdist.train.callbacks import Diverged, LinearWarmup
-from tfdist.train.fit import effective_learning_rate, train_model
+from tfdist.train.fit import FitPlan, effective_learning_rate, train_model
 from tfdist.train.input_pipeline import make_worker_dataset_fn
 
 from helpers.devices import SPLIT_REPLICAS
@@ -49,6 +49,32 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     assert result.first_epoch_overhead_seconds == pytest.approx(
         max(0.0, result.history[0]["epoch_seconds"] - result.steady_epoch_seconds))
     assert 0 < result.startup_seconds < 3600, "seconds from process start to fit"
+
+
+def test_each_validation_reads_every_validation_digit_once_from_its_endless_input(tmp_path, prepared_dir):
+    # Over two replicas the global batch is 64: the 400 validation digits end in a partial batch of 16.
+    config = load_config(tiny_params(tmp_path))
+    spec = get_spec("mirrored")
+    strategy, info = build_strategy(spec, config.distributed.devices)
+    val = load_split(prepared_dir, "val")
+    result = train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), val)
+    assert len(val) % result.global_batch_size == 16
+    plan = FitPlan.of(config, spec, info, 3600, len(val))
+    assert (plan.val_steps, plan.shards) == (7, 0)
+    loss, accuracy = result.model.evaluate(val.x, val.y, batch_size=result.global_batch_size, verbose=0)
+    last = result.history[-1]
+    assert (last["val_loss"], last["val_accuracy"]) == (pytest.approx(loss, rel=1e-6), pytest.approx(accuracy)), \
+        "the last epoch's validation is a finite pass over the same digits"
+
+
+def test_parameter_server_validates_exactly_in_one_shard_per_worker(tmp_path):
+    config = load_config(tiny_params(tmp_path, train={"batch_size": 32}))
+    spec = get_spec("parameter_server")
+    info = StrategyInfo("parameter_server", "ParameterServerStrategy", 1, workers=3, ps=1, synchronous=False)
+    plan = FitPlan.of(config, spec, info, 3600, 400)
+    assert (plan.shards, plan.val_batch, plan.val_steps) == (3, 32, None), "finite shards, read to their ends"
+    few = FitPlan.of(config, spec, info, 3600, 40)
+    assert (few.shards, few.val_batch) == (3, 13), "at least one batch for every shard"
 
 
 def test_batch_larger_than_the_data_is_refused(tmp_path, prepared_dir):

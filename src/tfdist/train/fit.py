@@ -120,13 +120,16 @@ def train_model(
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
     resume, initial_epoch = (resume_callbacks(backup, spec.backup, model, record_backup)
                              if backup else ([], 0))
-    train_input = plan.train_input(train, config.seed)
-    if spec.multi_process or info.replicas > 1:  # destroying its iterators stalls the stage for seconds
-        train_input = inputs_kept_alive(strategy, train_input, coordinated=not info.synchronous)
+    train_input, val_input = plan.train_input(train, config.seed), plan.val_input(val)
+    if spec.multi_process or info.replicas > 1:  # destroying their iterators stalls the stage for seconds
+        train_input = inputs_kept_alive(strategy, train_input, coordinated=plan.asynchronous)
+        if val_input is not None and plan.val_steps:
+            val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
     started = time.perf_counter()
     fit = model.fit(
         train_input,
-        validation_data=make_dataset(val, plan.val_batch, shuffle=False, seed=config.seed) if len(val) else None,
+        validation_data=val_input,
+        validation_steps=plan.val_steps,
         epochs=config.train.epochs,
         initial_epoch=initial_epoch,
         steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
@@ -152,6 +155,7 @@ class FitPlan:
         warmup_steps: steps of linear warm-up (0: none).
         asynchronous: ParameterServer training (per-worker datasets, a step count per epoch).
         val_batch: the validation batch size.
+        val_steps: validation batches per epoch, read from an endless input (None: a finite input, read to its end).
         shards: validation shards for ParameterServer's exact evaluation (0: not sharded).
         stage_devices: the devices the model's layers are split over (model and
             pipeline parallelism; empty: the strategy places the model).
@@ -165,6 +169,7 @@ class FitPlan:
     warmup_steps: int
     asynchronous: bool
     val_batch: int
+    val_steps: int | None
     shards: int
     stage_devices: tuple[str, ...] = ()
     micro_batches: int = 1
@@ -180,15 +185,16 @@ class FitPlan:
                 f"exceeds the {train_size} training digits; lower train.batch_size"
             )
         asynchronous = not info.synchronous
-        val_batch, shards = global_batch, 0
+        val_batch, val_steps, shards = global_batch, -(-val_size // global_batch) or None, 0
         if asynchronous and val_size:
-            # Exact validation under ParameterServer: the workers evaluate whole shards of
-            # the validation batches (tf_keras's "auto" is 5 per worker), so there must be
-            # at least one batch per shard; the batch size does not change the metrics.
-            shards = min(5 * info.workers, val_size)
-            val_batch = min(global_batch, val_size // shards)
+            # Exact validation under ParameterServer: the workers evaluate whole shards of the
+            # validation batches, so there must be at least one batch per shard; the batch size
+            # does not change the metrics. One shard per worker: tf_keras's "auto", 5 per worker,
+            # costs a remote closure each: 0.5 s an epoch against 0.2 s (docs/performance.md).
+            shards = min(info.workers, val_size)
+            val_batch, val_steps = min(global_batch, val_size // shards), None
         return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
-                   round(config.train.warmup_epochs * steps), asynchronous, val_batch, shards,
+                   round(config.train.warmup_epochs * steps), asynchronous, val_batch, val_steps, shards,
                    stage_devices=tuple(info.devices) if spec.splits_layers else (),
                    micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined)
 
@@ -211,6 +217,21 @@ class FitPlan:
         if self.asynchronous:
             return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed))
         return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True)
+
+    def val_input(self, val: Digits) -> Any:
+        """The validation batches: one pass of them every ``val_steps``, repeated without end; None without digits.
+
+        Endless for the same reason as the training input: a finite one costs
+        every epoch's validation a new iterator, over several replicas a
+        multi-device one whose per-device functions are traced anew (mirrored:
+        78 % of a 0.3 s validation, ``py-spy``). Batched before it repeats, the
+        last batch keeps its remainder, so each validation reads every digit
+        once, in order, as a finite pass does. Under ParameterServer the
+        validation is exact, in shards the workers read to their ends: finite.
+        """
+        if not len(val):
+            return None
+        return make_dataset(val, self.val_batch, shuffle=False, seed=0, endless=self.val_steps is not None)
 
     def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
                startup_seconds: float | None) -> TrainResult:

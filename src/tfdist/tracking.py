@@ -31,6 +31,7 @@ from mlflow.utils.git_utils import get_git_commit
 from tfdist.config import Config, MlflowConfig, identifying_params, to_flat_dict
 from tfdist.errors import InputError, Interrupted
 from tfdist.tracking_outage import Patience, unreachable
+from tfdist.tracking_schema import create_from_schema
 from tfdist.tracking_store import DATABASE_DRIVERS, probe_store, redact, store_uri
 from tfdist.workspace import workspace_root
 
@@ -58,7 +59,8 @@ def configure(config: MlflowConfig) -> str:
 
     Checked here, before training, so that a bad store fails in seconds, not
     after the last epoch. A relative sqlite store is the workspace's, also
-    when DVC runs the stage in an experiment copy. The store's creation,
+    when DVC runs the stage in an experiment copy. A new sqlite store is a copy
+    of MLflow's migrated schema (:mod:`tfdist.tracking_schema`). The store's creation,
     schema upgrade and the experiment's creation happen under a file lock in
     the workspace: two stages starting at once on a fresh store
     (``dvc queue start -j 2``) would otherwise both migrate it and one fail.
@@ -81,6 +83,8 @@ def configure(config: MlflowConfig) -> str:
         lock = _file_lock(_local_artifacts() / ".store.lock", shown)
     mlflow.set_tracking_uri(uri)
     with lock:
+        if scheme == "sqlite" and not database.exists():
+            create_from_schema(database)
         try:
             experiment = _get_or_create_experiment(config.experiment, scheme)
         except MlflowException as err:

@@ -1,0 +1,57 @@
+"""A new sqlite store is a copy of MLflow's migrated schema: the store MLflow creates (MLflow's own where no cache)."""
+
+import sqlite3
+
+import mlflow
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+from tfdist import tracking, tracking_schema
+from tfdist.config import MlflowConfig
+
+
+def layout(database):
+    """The store's tables, indexes and their SQL, and how many rows each table holds."""
+    with sqlite3.connect(database) as connection:
+        schema = sorted(connection.execute("SELECT type, name, sql FROM sqlite_master"))
+        rows = {name: connection.execute(f'SELECT COUNT(*) FROM "{name}"').fetchone()[0]
+                for kind, name, _ in schema if kind == "table"}
+    return schema, rows
+
+
+def test_a_store_from_the_schema_is_the_store_mlflow_creates(tmp_path, monkeypatch):
+    monkeypatch.setenv(tracking_schema.CACHE_ENV, str(tmp_path / "cache"))
+    copied, made = tmp_path / "copied" / "mlflow.db", tmp_path / "made" / "mlflow.db"
+    copied.parent.mkdir()
+    assert tracking_schema.create_from_schema(copied)
+    schema = tmp_path / "cache" / f"mlflow-{mlflow.__version__}-schema.db"
+    assert schema.is_file() and not list((tmp_path / "cache").glob("*.partial"))
+    SqlAlchemyStore(f"sqlite:///{copied}", str(tmp_path / "copied" / "artifacts"))
+    made.parent.mkdir()
+    SqlAlchemyStore(f"sqlite:///{made}", str(tmp_path / "made" / "artifacts"))
+    assert layout(copied) == layout(made), "same tables at the same revision, same default rows"
+
+    store = SqlAlchemyStore(f"sqlite:///{copied}", str(tmp_path / "copied" / "artifacts"))
+    assert store.get_experiment("0").artifact_location == str(tmp_path / "copied" / "artifacts" / "0")
+    migrated_at = schema.stat().st_mtime_ns
+    again = tmp_path / "again.db"
+    assert tracking_schema.create_from_schema(again)
+    assert schema.stat().st_mtime_ns == migrated_at, "migrated once per MLflow version, then copied"
+
+
+def test_configure_creates_a_new_store_from_the_schema(tmp_path, monkeypatch):
+    monkeypatch.setenv(tracking_schema.CACHE_ENV, str(tmp_path / "cache"))
+    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/store/mlflow.db", experiment="t"))
+    assert (tmp_path / "cache" / f"mlflow-{mlflow.__version__}-schema.db").is_file()
+    assert mlflow.get_experiment_by_name("t") is not None
+
+
+def test_where_the_cache_cannot_be_written_mlflow_creates_the_store_itself(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(tracking_schema.CACHE_ENV, str(blocked / "cache"))
+    database = tmp_path / "store" / "mlflow.db"
+    database.parent.mkdir()
+    assert not tracking_schema.create_from_schema(database)
+    assert not database.exists() and not list(database.parent.iterdir()), "nothing half-written"
+    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{database}", experiment="t"))
+    assert mlflow.get_experiment_by_name("t") is not None

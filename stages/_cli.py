@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from tfdist import native_logs
-from tfdist.errors import Interrupted, TfdistError
+from tfdist.errors import Interrupted, TaskFailed, TfdistError
 
 
 def program(name: str) -> str | None:
@@ -93,7 +93,7 @@ def stage_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("error: interrupted by SIGINT", err=True)
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
-    except (TfdistError, Interrupted) as err:
+    except (TfdistError, Interrupted, TaskFailed) as err:  # TaskFailed: raised as its group was being left
         click.echo(f"error: {err}", err=True)
         if err.exit_at_once:
             native_logs.exit_now(err.exit_code)

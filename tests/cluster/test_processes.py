@@ -1,6 +1,7 @@
 """The local process group, with small Python programs as tasks: waited for, prefixed, stopped together."""
 
 import io
+import logging
 import os
 import signal
 import sys
@@ -97,3 +98,26 @@ def test_watch_interrupts_the_main_thread_when_a_task_dies():
         group.watch(interval=0.1)
         time.sleep(30)  # the coordinator's training, in real use
     assert time.monotonic() - started < 10
+
+
+def test_a_task_dying_while_the_main_thread_logs_is_not_swallowed_by_logging():
+    """The watcher's signal lands wherever the main thread is: in logging's emit, whose ``except Exception`` took it."""
+
+    class SlowStream(io.StringIO):
+        def write(self, text):
+            time.sleep(5)  # the task fails meanwhile: the watcher's signal lands here, inside the handler's emit
+            return super().write(text)
+
+    logger = logging.getLogger("tests.training")
+    handler = logging.StreamHandler(SlowStream())
+    logger.addHandler(handler)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RunError, match=r"task worker-0 .* \(exit code 1\)"), ProcessGroup(failure_grace=60) as group:
+            group.start("worker-0", python("import sys; sys.exit(1)"), {}, must_finish=False)
+            group.watch(interval=0.1)
+            logger.warning("epoch 1 of 10")
+            time.sleep(10)  # the coordinator's training, in real use
+    finally:
+        logger.removeHandler(handler)
+    assert time.monotonic() - started < 5, "noticed within the log line, not after the training"

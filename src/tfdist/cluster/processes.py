@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from tfdist import native_logs
-from tfdist.errors import Interrupted, RunError
+from tfdist.errors import Interrupted, RunError, TaskFailed
 from tfdist.hardware import usable_cpus
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,12 @@ class ProcessGroup:
         finally:
             for signum, handler in self._previous_handlers.items():
                 signal.signal(signum, handler)
-        if self.failure and error is not None and str(error) != self.failure:
+        if self.failure and error is not None and (isinstance(error, TaskFailed) or str(error) != self.failure):
             raise RunError(self.failure) from None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGUSR1 and self.failure:
-            raise RunError(self.failure)
+            raise TaskFailed(self.failure)
         if signum != signal.SIGUSR1:
             raise Interrupted(signum, "every task was stopped")
 
@@ -165,8 +165,9 @@ class ProcessGroup:
     def watch(self, interval: float = 0.5) -> None:
         """Watch the tasks from a thread while the main thread does other work.
 
-        On a failure, the main thread gets :class:`RunError` (through SIGUSR1, so
-        a blocking wait is interrupted too); if it has not left the group
+        On a failure, the main thread gets :class:`RunError` (raised there as
+        :class:`TaskFailed`, through SIGUSR1, so a blocking wait is interrupted too
+        and no ``except Exception`` swallows it); if it has not left the group
         ``failure_grace`` seconds later, the tasks are stopped and the process
         exits 1 with the message.
         """

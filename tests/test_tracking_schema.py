@@ -10,9 +10,15 @@ from tfdist.config import MlflowConfig
 
 
 def layout(database):
-    """The store's tables, indexes and their SQL, and how many rows each table holds."""
+    """The store's tables, indexes and their SQL's clauses, and how many rows each table holds.
+
+    Clauses in any order: alembic rebuilds a sqlite table from a set of its
+    constraints, so two stores MLflow creates list a table's CHECKs in either
+    order (the ``runs`` table, one process in four).
+    """
     with sqlite3.connect(database) as connection:
-        schema = sorted(connection.execute("SELECT type, name, sql FROM sqlite_master"))
+        schema = sorted((kind, name, sorted(line.strip().rstrip(",").strip() for line in (sql or "").splitlines()))
+                        for kind, name, sql in connection.execute("SELECT type, name, sql FROM sqlite_master"))
         rows = {name: connection.execute(f'SELECT COUNT(*) FROM "{name}"').fetchone()[0]
                 for kind, name, _ in schema if kind == "table"}
     return schema, rows

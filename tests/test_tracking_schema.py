@@ -61,3 +61,15 @@ def test_where_the_cache_cannot_be_written_mlflow_creates_the_store_itself(tmp_p
     assert not database.exists() and not list(database.parent.iterdir()), "nothing half-written"
     tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{database}", experiment="t"))
     assert mlflow.get_experiment_by_name("t") is not None
+
+
+def test_a_schema_that_cannot_take_its_name_leaves_no_partial_file_and_mlflow_creates_the_store(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(tracking_schema.CACHE_ENV, str(cache))
+    (cache / f"mlflow-{mlflow.__version__}-schema.db").mkdir(parents=True)  # the name is taken by a folder
+    database = tmp_path / "store" / "mlflow.db"
+    database.parent.mkdir()
+    assert not tracking_schema.create_from_schema(database)
+    assert not list(cache.glob("*.partial")) and not list(database.parent.iterdir()), "nothing half-written"
+    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{database}", experiment="t"))
+    assert mlflow.get_experiment_by_name("t") is not None

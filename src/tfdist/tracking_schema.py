@@ -36,18 +36,19 @@ def cache_folder() -> Path:
 
 
 def create_from_schema(database: Path) -> bool:
-    """Create the sqlite store ``database`` (absent) as a copy of the migrated schema; False where it cannot.
+    """Create the sqlite store ``database`` (absent) as a copy of the migrated schema; False where it did not.
 
     Called under the lock of the store's creation (:func:`tfdist.tracking.configure`).
     The copy lands under its final name only once it is whole.
     """
+    partial = database.with_name(f"{database.name}.{os.getpid()}.partial")
     try:
-        schema = _schema()
-        partial = database.with_name(f"{database.name}.{os.getpid()}.partial")
-        shutil.copyfile(schema, partial)
+        shutil.copyfile(_schema(), partial)
         os.replace(partial, database)
-    except OSError as err:
-        log.debug("MLflow creates %s itself: no schema copy (%s)", database, err)
+    except Exception as err:  # the copy only saves time: whatever stops it (an unwritable cache, an MLflow
+        # that moved its creation), MLflow creates the store itself, as it always did
+        partial.unlink(missing_ok=True)
+        log.info("MLflow creates %s itself, without the schema's copy (%s)", database, err)
         return False
     return True
 
@@ -70,8 +71,11 @@ def _schema() -> Path:
             partial.unlink(missing_ok=True)
             engine = sqlalchemy.create_engine(f"sqlite:///{partial}")
             try:
-                _initialize_tables(engine)
+                try:
+                    _initialize_tables(engine)
+                finally:
+                    engine.dispose()
+                os.replace(partial, schema)
             finally:
-                engine.dispose()
-            os.replace(partial, schema)
+                partial.unlink(missing_ok=True)  # what a failed migration left; gone once renamed
     return schema

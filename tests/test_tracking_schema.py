@@ -30,7 +30,8 @@ def test_a_store_from_the_schema_is_the_store_mlflow_creates(tmp_path, monkeypat
     copied.parent.mkdir()
     assert tracking_schema.create_from_schema(copied)
     schema = tmp_path / "cache" / f"mlflow-{mlflow.__version__}-schema.db"
-    assert schema.is_file() and not list((tmp_path / "cache").glob("*.partial"))
+    assert sorted(path.name for path in (tmp_path / "cache").iterdir()) == [schema.name, f"{schema.name}.lock"], \
+        "the schema and its lock, nothing half-written"
     SqlAlchemyStore(f"sqlite:///{copied}", str(tmp_path / "copied" / "artifacts"))
     made.parent.mkdir()
     SqlAlchemyStore(f"sqlite:///{made}", str(tmp_path / "made" / "artifacts"))
@@ -70,6 +71,8 @@ def test_a_schema_that_cannot_take_its_name_leaves_no_partial_file_and_mlflow_cr
     database = tmp_path / "store" / "mlflow.db"
     database.parent.mkdir()
     assert not tracking_schema.create_from_schema(database)
-    assert not list(cache.glob("*.partial")) and not list(database.parent.iterdir()), "nothing half-written"
+    name = f"mlflow-{mlflow.__version__}-schema.db"
+    assert sorted(path.name for path in cache.iterdir()) == [name, f"{name}.lock"], "the folder and the lock only"
+    assert not list((cache / name).iterdir()) and not list(database.parent.iterdir()), "nothing half-written"
     tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{database}", experiment="t"))
     assert mlflow.get_experiment_by_name("t") is not None

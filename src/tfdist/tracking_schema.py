@@ -12,7 +12,6 @@ would have. Where the cache cannot be written, MLflow creates the store itself.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
@@ -20,6 +19,8 @@ import shutil
 from pathlib import Path
 
 import mlflow
+
+from tfdist.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,11 @@ def create_from_schema(database: Path) -> bool:
     Called under the lock of the store's creation (:func:`tfdist.tracking.configure`).
     The copy lands under its final name only once it is whole.
     """
-    partial = database.with_name(f"{database.name}.{os.getpid()}.partial")
     try:
-        shutil.copyfile(_schema(), partial)
-        os.replace(partial, database)
+        with atomic_path(database) as staged:
+            shutil.copyfile(_schema(), staged)
     except Exception as err:  # the copy only saves time: whatever stops it (an unwritable cache, an MLflow
         # that moved its creation), MLflow creates the store itself, as it always did
-        partial.unlink(missing_ok=True)
         log.info("MLflow creates %s itself, without the schema's copy (%s)", database, err)
         return False
     return True
@@ -60,22 +59,16 @@ def _schema() -> Path:
     if schema.is_file():
         return schema
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{schema.name}.lock", "a") as lock, contextlib.ExitStack() as unlock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        unlock.callback(fcntl.flock, lock, fcntl.LOCK_UN)
+    with open(folder / f"{schema.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
         if not schema.is_file():
             import sqlalchemy
             from mlflow.store.db.utils import _initialize_tables  # MLflow's own creation, without its default rows
 
-            partial = schema.with_name(f"{schema.name}.{os.getpid()}.partial")
-            partial.unlink(missing_ok=True)
-            engine = sqlalchemy.create_engine(f"sqlite:///{partial}")
-            try:
+            with atomic_path(schema) as staged:
+                engine = sqlalchemy.create_engine(f"sqlite:///{staged}")
                 try:
                     _initialize_tables(engine)
                 finally:
                     engine.dispose()
-                os.replace(partial, schema)
-            finally:
-                partial.unlink(missing_ok=True)  # what a failed migration left; gone once renamed
     return schema

@@ -123,7 +123,7 @@ def train_model(
     train_input, val_input = plan.train_input(train, config.seed), plan.val_input(val)
     if spec.multi_process or info.replicas > 1:  # destroying their iterators stalls the stage for seconds
         train_input = inputs_kept_alive(strategy, train_input, coordinated=plan.asynchronous)
-        if val_input is not None and plan.val_steps:
+        if plan.val_steps:  # an endless validation input (FitPlan.val_input)
             val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
     started = time.perf_counter()
     fit = model.fit(

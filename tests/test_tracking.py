@@ -167,3 +167,19 @@ def test_a_database_nobody_serves_fails_in_seconds_naming_it(tmp_path, prepared_
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: mlflow.tracking_uri postgresql://team:***@127.0.0.1:{port}/mlflow: cannot connect "
                            "to the database (") and "s3cret" not in result.stderr
+
+
+def test_a_launcher_closes_a_run_its_stopped_chief_left_running_and_corrects_a_killed_one(store):
+    with tracking.start_run("finished", {}, {}) as finished:
+        pass
+    killed = mlflow.start_run(run_name="stopped").info.run_id
+    mlflow.end_run("KILLED")  # the chief saw only its launcher's SIGTERM
+    running = mlflow.start_run(run_name="left running").info.run_id
+    mlflow.end_run("RUNNING")  # as a SIGKILL leaves it
+
+    assert tracking.close_if_running(running, "FAILED")
+    assert not tracking.close_if_running(killed, "FAILED"), "a KILLED run stays KILLED unless told otherwise"
+    assert tracking.close_if_running(killed, "FAILED", overriding=("KILLED",))
+    assert not tracking.close_if_running(finished, "FAILED", overriding=("KILLED",))
+    statuses = {run_id: mlflow.get_run(run_id).info.status for run_id in (finished, killed, running)}
+    assert statuses == {finished: "FINISHED", killed: "FAILED", running: "FAILED"}

@@ -18,7 +18,7 @@ import logging
 import os
 import urllib.parse
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -346,15 +346,16 @@ def set_tags(tags: Mapping[str, Any]) -> None:
     mlflow.set_tags({key: str(value) for key, value in tags.items()})
 
 
-def close_if_running(run_id: str, status: str) -> bool:
-    """End run ``run_id`` with ``status`` (FAILED, KILLED) if it is still RUNNING.
+def close_if_running(run_id: str, status: str, overriding: Collection[str] = ()) -> bool:
+    """End run ``run_id`` with ``status`` (FAILED, KILLED) if it is still RUNNING, or ended with a status in ``overriding``.
 
-    For a run whose process could not end it: a worker killed by its launcher.
+    For a run whose process could not end it, or ended it without knowing why
+    it was stopped: a worker killed, or stopped (KILLED), by its launcher.
     Returns whether the run was closed here.
     """
     client = mlflow.MlflowClient()
     try:
-        if client.get_run(run_id).info.status != "RUNNING":
+        if client.get_run(run_id).info.status not in ("RUNNING", *overriding):
             return False
     except MlflowException:
         return False  # not in this store (it moved, or was deleted)

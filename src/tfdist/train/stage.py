@@ -125,7 +125,11 @@ def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, 
 
 
 def _close_chief_run(config: Config, paths: RunPaths, name: str, status: str) -> None:
-    """Close the MLflow run a stopped chief left RUNNING; its backup names the run."""
+    """Close the MLflow run a stopped chief left RUNNING; its backup names the run.
+
+    A chief stopped after another task failed may have ended its run KILLED
+    (the launcher's SIGTERM is all it saw): the run failed, and says FAILED.
+    """
     run_ids = [backup.run_id for backup in backups_of(paths.backups, name) if backup.run_id]
     if not run_ids:
         return
@@ -133,6 +137,6 @@ def _close_chief_run(config: Config, paths: RunPaths, name: str, status: str) ->
 
     tracking.configure(config.mlflow)
     for run_id in run_ids:
-        if tracking.close_if_running(run_id, status):
+        if tracking.close_if_running(run_id, status, overriding=("KILLED",) if status == "FAILED" else ()):
             log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)
 

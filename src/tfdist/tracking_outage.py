@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from mlflow import MlflowClient
@@ -136,30 +136,35 @@ def _reason(err: BaseException) -> str:
     return text[:200]
 
 
-#: A metric as the backup keeps it: key, value, timestamp (ms), step.
+#: A queued metric: key, value, timestamp (ms), step.
 MetricRow = tuple[str, float, int, int]
 
 
 class MetricsOutbox:
     """Epoch metrics of run ``run_id``, sent by a thread of their own; what the store has not taken yet stays here.
 
-    :meth:`put` never waits for the store. :meth:`unsent` is what the backup
-    keeps each epoch; :meth:`flush` waits (within the outage's patience) until
-    everything is sent.
+    :meth:`put` never waits for the store. :meth:`unsent` is what a run that
+    stops in an outage names as not recorded; :meth:`flush` waits (within the
+    outage's patience) until everything is sent.
     """
 
-    def __init__(self, run_id: str, patience: Patience, unsent: Iterable[MetricRow] = ()):
+    def __init__(self, run_id: str, patience: Patience):
         self.run_id, self.patience = run_id, patience
         self._client = MlflowClient()
-        self._pending: list[MetricRow] = [tuple(row) for row in unsent]
+        self._pending: list[MetricRow] = []
         self._error: BaseException | None = None
         self._closed = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._send, name="tfdist-metrics", daemon=True)
         self._thread.start()
 
-    def put(self, metrics: Mapping[str, float], step: int) -> None:
-        timestamp = int(time.time() * 1000)
+    def put(self, metrics: Mapping[str, float], step: int, timestamp: int | None = None) -> None:
+        """Queue ``metrics`` at ``step``, stamped ``timestamp`` (ms, now by default).
+
+        The store keeps one copy of a metric it already has with the same key,
+        value, step and timestamp, so putting the same stamped metrics again is harmless.
+        """
+        timestamp = int(time.time() * 1000) if timestamp is None else timestamp
         with self._changed:
             self._pending.extend((key, float(value), timestamp, step) for key, value in metrics.items())
             self._changed.notify_all()

@@ -2,12 +2,16 @@
 
 import os
 
-from tfdist.config import load_config
+import mlflow
+
+from tfdist import tracking
+from tfdist.config import MlflowConfig, load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.reports import RunPaths, TrainReport, read_report, write_report
-from tfdist.tracking_outage import Patience
-from tfdist.train.chief_run import ChiefRun
+from tfdist.tracking_outage import MetricsOutbox, Patience
+from tfdist.train.chief_run import ChiefRun, TrackedEpochs
 from tfdist.train.precision import hardware_support
+from tfdist.train.resume import RunBackup
 from tfdist.train.step_costs import Costs
 
 from helpers.project import tiny_params
@@ -38,3 +42,48 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     assert report.hardware.device_kinds in (["CPU"], ["GPU"]) and report.weights_sha256 == digest
     write_report(tmp_path / "phases.json", report)
     assert read_report(tmp_path / "phases.json", TrainReport) == report
+
+
+def test_a_resumed_run_sends_its_restored_epochs_again_and_the_store_keeps_one_copy(tmp_path):
+    # The crash this covers: epoch 2 was backed up, then the stage was killed before the outbox sent it.
+    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", experiment="t"))
+    backup = RunBackup(tmp_path / "backup")
+    for epoch in (1, 2):
+        backup.record_epoch({"epoch": epoch, "loss": 1.0 / epoch, "val_accuracy": 0.4 * epoch}, 1_700_000_000_000 + epoch)
+    patience = Patience(30.0, "the test store")
+    with tracking.start_run("resumed", {}, {}, patience=patience) as run_id:
+        first = MetricsOutbox(run_id, patience)
+        first.put({"loss": 1.0, "val_accuracy": 0.4}, step=1, timestamp=1_700_000_000_001)  # what the killed stage sent
+        first.flush()
+        first.close()
+
+        outbox = MetricsOutbox(run_id, patience)
+        tracked = TrackedEpochs(outbox, backup)
+        tracked.set_params({"epochs": 3})
+        tracked.on_epoch_begin(2)  # epochs 1-2 are restored
+        backup.record_epoch({"epoch": 3, "loss": 0.25, "val_accuracy": 0.9}, 1_700_000_000_003)
+        tracked.on_epoch_end(2)
+        tracked.on_train_end()
+        outbox.flush()
+        outbox.close()
+
+    client = mlflow.MlflowClient()
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 1.0), (2, 0.5), (3, 0.25)]
+    assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1, 2, 3]
+
+
+def test_a_rerun_with_every_epoch_restored_sends_them_all(tmp_path):
+    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", experiment="t"))
+    backup = RunBackup(tmp_path / "backup")
+    for epoch in (1, 2):
+        backup.record_epoch({"epoch": epoch, "loss": 1.0 / epoch}, 1_700_000_000_000 + epoch)
+    patience = Patience(30.0, "the test store")
+    with tracking.start_run("all restored", {}, {}, patience=patience) as run_id:
+        outbox = MetricsOutbox(run_id, patience)
+        tracked = TrackedEpochs(outbox, backup)
+        tracked.set_params({"epochs": 2})
+        tracked.on_train_end()  # fit ran no epoch
+        outbox.flush()
+        outbox.close()
+    assert [(m.step, m.timestamp) for m in mlflow.MlflowClient().get_metric_history(run_id, "loss")] == [
+        (1, 1_700_000_000_001), (2, 1_700_000_000_002)]

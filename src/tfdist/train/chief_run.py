@@ -33,8 +33,6 @@ from tfdist.train.task_run import TaskRun
 
 log = logging.getLogger(__name__)
 
-#: The backup's record of epoch metrics the store has not taken yet (sent by a rerun).
-UNSENT_METRICS = "unsent_metrics"
 _END = "the run's end (FINISHED)"
 #: What a run lacks when the store stopped answering at each of its last writes, in their order
 #: (the epochs' metrics are named by epoch, from what the outbox still holds).
@@ -48,23 +46,38 @@ _MISSING_AFTER = {
 
 
 class TrackedEpochs(keras.callbacks.Callback):
-    """Hands each epoch's logs to the run's metrics outbox, which never makes training wait for the store.
+    """Hands each backed-up epoch to the run's metrics outbox, which never makes training wait for the store.
 
-    While the store does not answer, what it has not taken is kept in the
-    backup every epoch too, so a crash in an outage loses none of it.
+    It sends the row the backup recorded, with the timestamp recorded with it.
+    A resumed run sends its restored epochs again: a crash (or an outage that
+    outlasted the stage) may have kept the store from taking them, and the store
+    keeps one copy of a metric it already has with the same timestamp.
     """
 
     def __init__(self, outbox: MetricsOutbox, backup: RunBackup):
         super().__init__()
         self.outbox, self.backup = outbox, backup
-        self._kept = bool(backup.state.get(UNSENT_METRICS))
+        self._restored_sent = False
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._send_restored(done=epoch)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.outbox.put({key: float(value) for key, value in (logs or {}).items()}, step=epoch + 1)
-        if self.outbox.patience.down or self._kept:
-            unsent = self.outbox.unsent()
-            self.backup.save(**{UNSENT_METRICS: unsent})
-            self._kept = bool(unsent)
+        self._send(epoch + 1)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self._send_restored(done=self.params.get("epochs", 0))  # no epoch ran: every epoch was restored
+
+    def _send_restored(self, done: int) -> None:
+        if not self._restored_sent:
+            self._restored_sent = True
+            for epoch in range(1, done + 1):
+                self._send(epoch)
+
+    def _send(self, epoch: int) -> None:
+        if recorded := self.backup.epoch_metrics(epoch):
+            metrics, timestamp = recorded
+            self.outbox.put(metrics, step=epoch, timestamp=timestamp)
 
 
 class ChiefRun(TaskRun):
@@ -88,7 +101,7 @@ class ChiefRun(TaskRun):
                     self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
                     system_metrics=True, patience=patience) as run_id:
                 self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
-                outbox = MetricsOutbox(run_id, patience, self.backup.state.get(UNSENT_METRICS, ()))
+                outbox = MetricsOutbox(run_id, patience)
                 try:
                     if run_id != resumed_run_id:  # a resumed run has its input already
                         self.log_dataset()
@@ -108,7 +121,6 @@ class ChiefRun(TaskRun):
                     outbox.close()
         except StoreUnreachable as err:
             unsent = outbox.unsent() if outbox else []
-            self.backup.save(**{UNSENT_METRICS: unsent})
             raise StoreUnreachable(self.not_recorded(str(err), run_id, unsent, patience)) from None
         self.backup.remove()
         return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)

@@ -108,7 +108,8 @@ def train_model(
     With ``backup``, the run backs up every epoch and resumes from that
     backup if it holds finished epochs; ``record_backup`` (the chief) also
     keeps the history there, and the returned history then covers every
-    epoch, restored ones included.
+    epoch, restored ones included. ``callbacks`` see an epoch once it is
+    backed up.
 
     Raises:
         InputError: the training split is smaller than one global batch.
@@ -133,7 +134,7 @@ def train_model(
         epochs=config.train.epochs,
         initial_epoch=initial_epoch,
         steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-        callbacks=[startup, timer, DivergenceGuard(), *callbacks, *resume],
+        callbacks=[startup, timer, DivergenceGuard(), *resume, *callbacks],
         verbose=2,
     )
     seconds = time.perf_counter() - started

@@ -17,7 +17,9 @@ What is backed up:
   checkpoint plus ``initial_epoch``;
 * ``state.json``: the MLflow run id and the per-epoch history so far, written
   before the model backup of the same epoch, so a history row is never missing
-  for a restored epoch (extra rows are dropped on restore).
+  for a restored epoch (extra rows are dropped on restore). Each row keeps the
+  time its metrics are stamped with in MLflow, so a resumed run can send the
+  restored epochs again and the store keeps one copy of what it already has.
 
 This module keeps the folders and imports no TensorFlow, so a launcher can read
 a backup cheaply; the callbacks that fill them are in :mod:`tfdist.train.fit`.
@@ -40,6 +42,8 @@ from tfdist.config import Config, identifying_params
 
 log = logging.getLogger(__name__)
 
+#: ``state.json``'s key for each history row's MLflow timestamp (milliseconds), by epoch.
+METRIC_TIMESTAMPS = "metric_timestamps"
 
 
 def run_key(config: Config, strategy: str, data_files: Iterable[Path]) -> str:
@@ -92,10 +96,19 @@ class RunBackup:
         self.state.update(values)
         atomic.write_json(self.state_file, self.state)
 
-    def record_epoch(self, row: dict[str, float]) -> None:
-        """Keep ``row`` (one epoch's numbers), replacing any earlier row of the same epoch."""
+    def record_epoch(self, row: dict[str, float], timestamp_ms: int) -> None:
+        """Keep ``row`` (one epoch's numbers) and its MLflow timestamp, replacing any earlier row of the same epoch."""
         rows = [r for r in self.history if r["epoch"] != row["epoch"]] + [row]
-        self.save(history=sorted(rows, key=lambda r: r["epoch"]))
+        stamps = {**self.state.get(METRIC_TIMESTAMPS, {}), str(int(row["epoch"])): timestamp_ms}
+        self.save(history=sorted(rows, key=lambda r: r["epoch"]), **{METRIC_TIMESTAMPS: stamps})
+
+    def epoch_metrics(self, epoch: int) -> tuple[dict[str, float], int] | None:
+        """The metrics of backed-up ``epoch`` (1-based) and their MLflow timestamp, or None if it has no row."""
+        stamp = self.state.get(METRIC_TIMESTAMPS, {}).get(str(epoch))
+        row = next((r for r in self.history if r["epoch"] == epoch), None)
+        if row is None or stamp is None:
+            return None
+        return {key: value for key, value in row.items() if key != "epoch"}, stamp
 
     def remove(self) -> None:
         """Delete this backup, and the run name's folder if nothing else is left in it."""

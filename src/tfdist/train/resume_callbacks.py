@@ -9,6 +9,7 @@ the strategy, else a ``tf.train.CheckpointManager`` checkpoint and ``initial_epo
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> 
         record: whether this process writes ``state.json`` (the chief).
 
     Returns:
-        The callbacks to pass to ``fit`` *last* (after the ones that complete an
-        epoch's logs), and ``initial_epoch`` for ``fit``.
+        The callbacks to pass to ``fit`` after the ones that complete an epoch's
+        logs and before the ones that publish them (an epoch is published once it
+        is backed up), and ``initial_epoch`` for ``fit``.
     """
     callbacks: list[Any] = [_ResumeAnnouncer(backup.folder)]
     if record:
@@ -66,14 +68,15 @@ class _ResumeAnnouncer(keras.callbacks.Callback):
 
 
 class _HistoryRecorder(keras.callbacks.Callback):
-    """Writes each epoch's logs to ``state.json`` before the model backup of that epoch."""
+    """Writes each epoch's logs, stamped with the time MLflow records them at, to ``state.json`` before the model backup."""
 
     def __init__(self, backup: RunBackup):
         super().__init__()
         self.backup = backup
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.backup.record_epoch({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
+        self.backup.record_epoch({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}},
+                                 int(time.time() * 1000))
 
 
 class _EpochCheckpoint(keras.callbacks.Callback):

@@ -34,8 +34,15 @@ log = logging.getLogger("stages.s3")
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 #: Seconds SeaweedFS gets to answer S3 requests (about 3 s here) before the start is declared failed.
 START_TIMEOUT = 60.0
-#: Seconds SeaweedFS gets to stop after SIGTERM before it is killed.
-STOP_TIMEOUT = 10.0
+#: Seconds SeaweedFS gets to stop after SIGTERM before it is killed. Its graceful stop takes 15 s
+#: or more (the filer waits that long for the S3 gateway's own subscription to end), and what it
+#: acknowledged is already in its files, so a short wait loses nothing: the volume server is
+#: killed either way, as it stops only after the filer.
+STOP_TIMEOUT = 3.0
+#: Raft's election timeout for the store's one master. SeaweedFS's 10 s default made every start
+#: on existing data wait 17-20 s for the master to elect itself; a master without peers has no
+#: one to split a vote with, and 1 s (over 3x its 0.3 s heartbeat) starts it again in 3-4 s.
+MASTER_ELECTION_TIMEOUT = "1s"
 
 
 def weed_binary() -> str:
@@ -53,12 +60,16 @@ def weed_command(weed: str, folder: Path, host: str, port: int, config: Path) ->
     Those are picked free at the first start and kept in ``ports.json``: the
     master's raft state names its address, and a store started again on
     other ports would not find its cluster (nor serve the objects it holds).
+    One master and one volume server: the master elects itself quickly
+    (:data:`MASTER_ELECTION_TIMEOUT`), and the volume server stops without
+    its 10 s notice to clients, which have no other server to move to.
     """
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = _kept_ports(folder / "ports.json", host)
     return [
         weed, "server", f"-dir={folder / 'data'}", f"-ip={host}", f"-ip.bind={host}",
-        f"-master.port={master}", f"-master.port.grpc={master_grpc}", f"-volume.port={volume}",
-        f"-volume.port.grpc={volume_grpc}", "-volume.max=0", "-filer", f"-filer.port={filer}",
+        f"-master.port={master}", f"-master.port.grpc={master_grpc}",
+        f"-master.electionTimeout={MASTER_ELECTION_TIMEOUT}", f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}", "-volume.max=0", "-volume.preStopSeconds=0", "-filer", f"-filer.port={filer}",
         f"-filer.port.grpc={filer_grpc}", "-s3", f"-s3.port={port}", f"-s3.port.grpc={s3_grpc}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
     ]

@@ -41,6 +41,14 @@ def test_the_store_serves_its_bucket_to_its_keys(s3):
     assert "probe/one" in s3.keys("probe/")
 
 
+def test_the_store_stopped_and_started_again_serves_what_it_held(s3):
+    """``make s3`` stopped (SIGTERM, killed after a few seconds) and started on the same folder: nothing is lost."""
+    s3.client().put_object(Bucket=s3.bucket, Key="probe/kept", Body=b"kept" * 4096)
+    s3.stop()
+    s3.start()
+    assert s3.client().get_object(Bucket=s3.bucket, Key="probe/kept")["Body"].read() == b"kept" * 4096
+
+
 @pytest.mark.parametrize(("case", "keys", "bucket", "endpoint", "says"), [
     ("no store there", (ACCESS_KEY, SECRET_KEY), "tfdist", "dead", "no S3 store answers there; start it (make s3)"),
     ("a wrong secret", (ACCESS_KEY, "not-the-secret"), "tfdist", "live", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),

@@ -3,6 +3,7 @@
 import os
 
 import mlflow
+import pytest
 
 from tfdist import tracking
 from tfdist.config import MlflowConfig, load_config
@@ -44,46 +45,54 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     assert read_report(tmp_path / "phases.json", TrainReport) == report
 
 
-def test_a_resumed_run_sends_its_restored_epochs_again_and_the_store_keeps_one_copy(tmp_path):
-    # The crash this covers: epoch 2 was backed up, then the stage was killed before the outbox sent it.
+STAMP = 1_700_000_000_000
+PATIENCE = Patience(30.0, "the test store")
+
+
+@pytest.fixture
+def two_epochs_backed_up(tmp_path):
+    """A store, and a backup holding epochs 1 and 2 with the timestamps their metrics were stamped with."""
     tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", experiment="t"))
     backup = RunBackup(tmp_path / "backup")
     for epoch in (1, 2):
-        backup.record_epoch({"epoch": epoch, "loss": 1.0 / epoch, "val_accuracy": 0.4 * epoch}, 1_700_000_000_000 + epoch)
-    patience = Patience(30.0, "the test store")
-    with tracking.start_run("resumed", {}, {}, patience=patience) as run_id:
-        first = MetricsOutbox(run_id, patience)
-        first.put({"loss": 1.0, "val_accuracy": 0.4}, step=1, timestamp=1_700_000_000_001)  # what the killed stage sent
-        first.flush()
-        first.close()
+        backup.record_epoch({"epoch": epoch, "loss": 1.0 / epoch, "val_accuracy": 0.4 * epoch}, STAMP + epoch)
+    return backup
 
-        outbox = MetricsOutbox(run_id, patience)
-        tracked = TrackedEpochs(outbox, backup)
-        tracked.set_params({"epochs": 3})
+
+def tracked_epochs(run_id: str, backup: RunBackup, epochs: int, fit) -> None:
+    """Run ``fit(tracked)`` on a ``TrackedEpochs`` of ``epochs``, then wait until the store has what it sent."""
+    outbox = MetricsOutbox(run_id, PATIENCE)
+    tracked = TrackedEpochs(outbox, backup)
+    tracked.set_params({"epochs": epochs})
+    fit(tracked)
+    outbox.flush()
+    outbox.close()
+
+
+def test_a_resumed_run_sends_its_restored_epochs_again_and_the_store_keeps_one_copy(two_epochs_backed_up):
+    # The crash this covers: epoch 2 was backed up, then the stage was killed before the outbox sent it.
+    backup = two_epochs_backed_up
+
+    def resumed_fit(tracked):
         tracked.on_epoch_begin(2)  # epochs 1-2 are restored
-        backup.record_epoch({"epoch": 3, "loss": 0.25, "val_accuracy": 0.9}, 1_700_000_000_003)
+        backup.record_epoch({"epoch": 3, "loss": 0.25, "val_accuracy": 0.9}, STAMP + 3)
         tracked.on_epoch_end(2)
         tracked.on_train_end()
-        outbox.flush()
-        outbox.close()
+
+    with tracking.start_run("resumed", {}, {}, patience=PATIENCE) as run_id:
+        killed = MetricsOutbox(run_id, PATIENCE)  # what the killed stage sent: epoch 1
+        killed.put({"loss": 1.0, "val_accuracy": 0.4}, step=1, timestamp=STAMP + 1)
+        killed.flush()
+        killed.close()
+        tracked_epochs(run_id, backup, 3, resumed_fit)
 
     client = mlflow.MlflowClient()
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 1.0), (2, 0.5), (3, 0.25)]
     assert [m.step for m in client.get_metric_history(run_id, "val_accuracy")] == [1, 2, 3]
 
 
-def test_a_rerun_with_every_epoch_restored_sends_them_all(tmp_path):
-    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", experiment="t"))
-    backup = RunBackup(tmp_path / "backup")
-    for epoch in (1, 2):
-        backup.record_epoch({"epoch": epoch, "loss": 1.0 / epoch}, 1_700_000_000_000 + epoch)
-    patience = Patience(30.0, "the test store")
-    with tracking.start_run("all restored", {}, {}, patience=patience) as run_id:
-        outbox = MetricsOutbox(run_id, patience)
-        tracked = TrackedEpochs(outbox, backup)
-        tracked.set_params({"epochs": 2})
-        tracked.on_train_end()  # fit ran no epoch
-        outbox.flush()
-        outbox.close()
+def test_a_rerun_with_every_epoch_restored_sends_them_all(two_epochs_backed_up):
+    with tracking.start_run("all restored", {}, {}, patience=PATIENCE) as run_id:
+        tracked_epochs(run_id, two_epochs_backed_up, 2, lambda tracked: tracked.on_train_end())  # fit ran no epoch
     assert [(m.step, m.timestamp) for m in mlflow.MlflowClient().get_metric_history(run_id, "loss")] == [
-        (1, 1_700_000_000_001), (2, 1_700_000_000_002)]
+        (1, STAMP + 1), (2, STAMP + 2)]

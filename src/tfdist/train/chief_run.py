@@ -28,6 +28,7 @@ from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
 from tfdist.train.resume import RunBackup
+from tfdist.train.resume_callbacks import ResumePoint
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
 
@@ -45,7 +46,7 @@ _MISSING_AFTER = {
 }
 
 
-class TrackedEpochs(keras.callbacks.Callback):
+class TrackedEpochs(ResumePoint):
     """Hands each backed-up epoch to the run's metrics outbox, which never makes training wait for the store.
 
     It sends the row the backup recorded, with the timestamp recorded with it.
@@ -57,22 +58,13 @@ class TrackedEpochs(keras.callbacks.Callback):
     def __init__(self, outbox: MetricsOutbox, backup: RunBackup):
         super().__init__()
         self.outbox, self.backup = outbox, backup
-        self._restored_sent = False
 
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._send_restored(done=epoch)
+    def resumed_at(self, done: int) -> None:
+        for epoch in range(1, done + 1):
+            self._send(epoch)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._send(epoch + 1)
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        self._send_restored(done=self.params.get("epochs", 0))  # no epoch ran: every epoch was restored
-
-    def _send_restored(self, done: int) -> None:
-        if not self._restored_sent:
-            self._restored_sent = True
-            for epoch in range(1, done + 1):
-                self._send(epoch)
 
     def _send(self, epoch: int) -> None:
         if recorded := self.backup.epoch_metrics(epoch):

@@ -47,24 +47,42 @@ def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> 
     return callbacks, checkpoint.restore()
 
 
-class _ResumeAnnouncer(keras.callbacks.Callback):
-    """Says once, at the first epoch, whether and from where the run resumes."""
+class ResumePoint(keras.callbacks.Callback):
+    """Calls :meth:`resumed_at` once per ``fit`` with the epochs already done (restored from a backup).
+
+    At the first epoch that runs, or, when the backup held every epoch and
+    none runs, at the end of training.
+    """
+
+    done: int | None = None
+
+    def resumed_at(self, done: int) -> None:
+        raise NotImplementedError
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self.done is None:
+            self.done = epoch
+            self.resumed_at(epoch)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self.done is None:
+            self.done = self.params["epochs"]
+            self.resumed_at(self.done)
+
+
+class _ResumeAnnouncer(ResumePoint):
+    """Says once whether and from where the run resumes."""
 
     def __init__(self, folder: Path):
         super().__init__()
         self.folder = folder
-        self.first_epoch: int | None = None
 
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        if self.first_epoch is None:
-            self.first_epoch = epoch
-            if epoch:
-                resume_log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
-                         self.folder, epoch, epoch + 1)
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        if self.first_epoch is None:
+    def resumed_at(self, done: int) -> None:
+        if done == self.params["epochs"]:
             resume_log.info("resuming from the backup in %s: every epoch is done, nothing left to train", self.folder)
+        elif done:
+            resume_log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
+                            self.folder, done, done + 1)
 
 
 class _HistoryRecorder(keras.callbacks.Callback):

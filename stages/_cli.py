@@ -77,7 +77,7 @@ def stage_errors() -> Iterator[None]:
     # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
     for noisy in ("tensorflow", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # A tracking store that does not answer: tfdist.tracking_outage says so once, not per retried request.
+    # A tracking store that does not answer: tfdist.tracking.outage says so once, not per retried request.
     for noisy in ("urllib3.connectionpool", "mlflow.system_metrics.system_metrics_monitor"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     # Warnings ParameterServer training gives for what it is meant to do here: in-memory per-worker

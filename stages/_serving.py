@@ -1,6 +1,6 @@
 """What ``make ui`` and ``make server`` share: a free address, then MLflow's server with tfdist's UI plugin.
 
-Both exec ``mlflow server --app-name tfdist`` (:mod:`tfdist.mlflow_app`: the
+Both exec ``mlflow server --app-name tfdist`` (:mod:`tfdist.tracking.server_app`: the
 UI opens experiments on their training runs), after checking, in one line
 each, what would otherwise fail inside MLflow with a traceback.
 """

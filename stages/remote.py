@@ -16,13 +16,14 @@ from __future__ import annotations
 import click
 
 from stages._cli import program, stage_errors
-from tfdist import native_logs, storage
+from tfdist import native_logs
 from tfdist.errors import InputError
+from tfdist.tracking import object_store
 
 COMMANDS = {"push": ["push"], "pull": ["pull"], "status": ["status", "--cloud"]}
 
 
-def remote_location(name: str | None = None) -> tuple[str, storage.S3Location, dict]:
+def remote_location(name: str | None = None) -> tuple[str, object_store.S3Location, dict]:
     """The remote ``name`` (default: DVC's default remote) as its name, S3 location and DVC config section."""
     from dvc.config import Config, ConfigError
 
@@ -41,7 +42,7 @@ def remote_location(name: str | None = None) -> tuple[str, storage.S3Location, d
     url = section["url"]
     if not url.startswith("s3://"):
         raise InputError(f"DVC remote {name} is {url}: only S3 remotes are checked here; run dvc itself")
-    return name, storage.parse_s3_url(url, section.get("endpointurl"), f"DVC remote {name}"), section
+    return name, object_store.parse_s3_url(url, section.get("endpointurl"), f"DVC remote {name}"), section
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -55,7 +56,7 @@ def main(command: str, remote: str | None, dvc_args: tuple[str, ...]) -> None:
         if dvc is None:
             raise InputError("dvc is not on PATH; make install (or pip install -e '.[s3]') installs it")
         name, location, section = remote_location(remote)
-        storage.check_bucket(location, f"DVC remote {name}", section.get("access_key_id"),
+        object_store.check_bucket(location, f"DVC remote {name}", section.get("access_key_id"),
                              section.get("secret_access_key"))
         native_logs.exec_program(dvc, ["dvc", *COMMANDS[command], "-r", name, *dvc_args])
 

@@ -24,9 +24,9 @@ import click
 
 from stages._cli import program, stage_errors
 from stages._serving import LOOPBACK_HOSTS, check_free
-from tfdist import storage
 from tfdist.cluster.ports import free_ports
 from tfdist.errors import InputError, RunError
+from tfdist.tracking import object_store
 from tfdist.workspace import workspace_root
 
 log = logging.getLogger("stages.s3")
@@ -100,10 +100,10 @@ def write_identity(folder: Path, access_key: str, secret_key: str) -> Path:
     return path
 
 
-def wait_until_serving(process: subprocess.Popen, location: storage.S3Location, access_key: str, secret_key: str,
+def wait_until_serving(process: subprocess.Popen, location: object_store.S3Location, access_key: str, secret_key: str,
                        log_file: Path, timeout: float = START_TIMEOUT) -> None:
     """Create the bucket once S3 answers; RunError with SeaweedFS's last lines if it dies or is not up in ``timeout``."""
-    s3 = storage.client(location, access_key, secret_key, timeout=2.0)
+    s3 = object_store.client(location, access_key, secret_key, timeout=2.0)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
@@ -162,7 +162,7 @@ def main(host: str, port: int, folder: Path, bucket: str) -> None:
         config = write_identity(folder, access_key, secret_key)
         log_file = folder / "weed.log"
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        location = storage.S3Location(bucket, "", f"http://{shown}:{port}")
+        location = object_store.S3Location(bucket, "", f"http://{shown}:{port}")
         with open(log_file, "ab") as out:
             process = subprocess.Popen(weed_command(weed_binary(), folder, host, port, config), stdout=out,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -170,7 +170,7 @@ def main(host: str, port: int, folder: Path, bucket: str) -> None:
             wait_until_serving(process, location, access_key, secret_key, log_file)
             click.echo(f"S3 (SeaweedFS) on {location.endpoint_url}, bucket {bucket}, objects in {folder}\n"
                        f"  DVC remote:       dvc remote modify --local team endpointurl {location.endpoint_url}\n"
-                       f"  MLflow artifacts: {storage.MLFLOW_ENDPOINT_ENV}={location.endpoint_url} make server "
+                       f"  MLflow artifacts: {object_store.MLFLOW_ENDPOINT_ENV}={location.endpoint_url} make server "
                        f"ARGS='--artifacts-destination s3://{bucket}/mlflow'\n(Ctrl-C stops it)", err=True)
             process.wait()
             raise RunError(f"SeaweedFS exited with {process.returncode}; {log_file}:\n" + _tail(log_file))

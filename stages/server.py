@@ -19,8 +19,9 @@ import click
 
 from stages._cli import stage_errors
 from stages._serving import LOOPBACK_HOSTS, check_free, exec_mlflow_server
-from tfdist import storage, tracking_store
 from tfdist.errors import InputError
+from tfdist.tracking import object_store
+from tfdist.tracking.store import probe_store, redact, store_uri
 from tfdist.workspace import workspace_root
 
 log = logging.getLogger("stages.server")
@@ -36,9 +37,9 @@ AUTH_ENV = ("MLFLOW_FLASK_SERVER_SECRET_KEY", "MLFLOW_AUTH_ADMIN_PASSWORD")
               help="Where runs are kept: a postgresql:// database (or any store MLflow takes).")
 @click.option("--artifacts-destination", default="mlartifacts", show_default=True,
               help="Where the server keeps artifacts: a folder (relative: in the workspace) or s3://, gs://, ... URI.")
-@click.option("--s3-endpoint-url", envvar=storage.MLFLOW_ENDPOINT_ENV, default=None,
+@click.option("--s3-endpoint-url", envvar=object_store.MLFLOW_ENDPOINT_ENV, default=None,
               help="The S3 API's address for an s3:// --artifacts-destination that is not AWS (make s3's: "
-                   "http://127.0.0.1:8333); also read from " + storage.MLFLOW_ENDPOINT_ENV + ".")
+                   "http://127.0.0.1:8333); also read from " + object_store.MLFLOW_ENDPOINT_ENV + ".")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0 publishes it).")
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535), help="Port to serve on.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Server processes.")
@@ -48,9 +49,9 @@ def main(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: st
          workers: int, auth: bool, mlflow_args: tuple[str, ...]) -> None:
     """Serve MLflow for a team: runs in PostgreSQL, artifacts proxied to --artifacts-destination."""
     with stage_errors():
-        store = tracking_store.store_uri(backend_store_uri)
-        if tracking_store.probe_store(store) in ("http", "https"):
-            raise InputError(f"--backend-store-uri {tracking_store.redact(store)}: a server is not a store; "
+        store = store_uri(backend_store_uri)
+        if probe_store(store) in ("http", "https"):
+            raise InputError(f"--backend-store-uri {redact(store)}: a server is not a store; "
                              "give the database it should use (postgresql://...)")
         missing = [name for name in AUTH_ENV if auth and not os.environ.get(name)]
         if missing:
@@ -61,13 +62,13 @@ def main(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: st
         check_free(host, port)
         destination = artifacts_destination
         if destination.startswith("s3://"):  # checked now: the server would take it and fail each upload later
-            bucket = storage.parse_s3_url(destination, s3_endpoint_url, "--artifacts-destination")
-            storage.check_bucket(bucket, "--artifacts-destination")
+            bucket = object_store.parse_s3_url(destination, s3_endpoint_url, "--artifacts-destination")
+            object_store.check_bucket(bucket, "--artifacts-destination")
             if s3_endpoint_url:
-                os.environ[storage.MLFLOW_ENDPOINT_ENV] = s3_endpoint_url
+                os.environ[object_store.MLFLOW_ENDPOINT_ENV] = s3_endpoint_url
             # boto3 retries a store that does not answer for minutes, holding the upload's request (and
             # the client's patience) meanwhile: one attempt, so the client hears HTTP 500 and retries.
-            for key, value in storage.FAIL_FAST_ENV.items():
+            for key, value in object_store.FAIL_FAST_ENV.items():
                 os.environ.setdefault(key, value)
         elif "://" not in destination:
             destination = str((workspace_root() / destination).resolve())
@@ -77,7 +78,7 @@ def main(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: st
             ["--backend-store-uri", store, "--serve-artifacts", "--artifacts-destination", destination,
              "--workers", str(workers)],
             host, port, "tfdist-basic-auth" if auth else "tfdist",
-            f"MLflow tracking server on {tracking_store.redact(store)}, artifacts in {destination}: http://{shown}:{port}\n"
+            f"MLflow tracking server on {redact(store)}, artifacts in {destination}: http://{shown}:{port}\n"
             f"point the pipeline at it: dvc exp run -S mlflow.tracking_uri=http://{shown}:{port}",
             mlflow_args,
         )

@@ -15,9 +15,10 @@ import click
 
 from stages._cli import config_options, stage_errors
 from stages._serving import check_free, exec_mlflow_server
-from tfdist import tracking, tracking_store
 from tfdist.config import load_config
 from tfdist.errors import InputError
+from tfdist.tracking import addresses
+from tfdist.tracking.store import probe_store, redact, store_uri
 
 
 @click.command()
@@ -28,21 +29,21 @@ def main(params_path: Path, overrides: tuple[str, ...], host: str, port: int) ->
     """Serve the MLflow UI for this project's runs and print the address of the newest training runs."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        uri = tracking_store.store_uri(config.mlflow.tracking_uri)
-        scheme = tracking_store.probe_store(uri)
+        uri = store_uri(config.mlflow.tracking_uri)
+        scheme = probe_store(uri)
         if scheme in ("http", "https"):
-            page = tracking.latest_runs_page(config.mlflow)
+            page = addresses.latest_runs_page(config.mlflow)
             click.echo(f"mlflow.tracking_uri is a server already: open {uri.rstrip('/')}/{page}")
             return
         if scheme == "sqlite" and not Path(uri[len("sqlite:///"):]).is_file():
             raise InputError(f"mlflow.tracking_uri {config.mlflow.tracking_uri}: no store there yet; "
                              "run the pipeline first (dvc repro)")
         check_free(host, port)
-        page = tracking.latest_runs_page(config.mlflow)
+        page = addresses.latest_runs_page(config.mlflow)
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         exec_mlflow_server(
             ["--backend-store-uri", uri, "--workers", "1"], host, port, "tfdist",
-            f"MLflow UI for {tracking_store.redact(uri)}, experiment {config.mlflow.experiment}; "
+            f"MLflow UI for {redact(uri)}, experiment {config.mlflow.experiment}; "
             f"the newest execution's training runs:\n  http://{shown}:{port}/{page}",
         )
 

@@ -15,15 +15,14 @@ SRC = REPO / "src"
 #: Each module's floor, lowest first: a module imports only from lower floors or its own room (the leaves,
 #: floor 0, are one room).
 #: Leaves (errors, config, atomic writes, logs, hardware, TensorFlow imports) hold up everything;
-#: data/ feeds distribute/, which cluster/ and tracking stand on; the stages' rooms are on top.
+#: data/ feeds distribute/, which cluster/ stands on beside tracking/; the stages' rooms are on top.
 FLOORS = {
     "tfdist": 0, "tfdist.errors": 0, "tfdist.atomic": 0, "tfdist.native_logs": 0, "tfdist.workspace": 0,
     "tfdist.hardware": 0, "tfdist.tf_imports": 0, "tfdist.tf_private": 0, "tfdist.runtime": 0, "tfdist.config": 0,
-    "tfdist.reports": 0, "tfdist.tracking_store": 0, "tfdist.tracking_outage": 0, "tfdist.tracking_schema": 0,
-    "tfdist.storage": 0,
+    "tfdist.reports": 0,
     "tfdist.data": 1,
     "tfdist.distribute": 2,
-    "tfdist.cluster": 3, "tfdist.tracking": 3, "tfdist.mlflow_app": 3,
+    "tfdist.cluster": 3, "tfdist.tracking": 3,
     "tfdist.train": 4, "tfdist.evaluate": 4, "tfdist.compare": 4,
 }
 
@@ -88,3 +87,30 @@ def test_every_subpackage_is_packaged():
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     folders = {module_name(path) for path in SRC.rglob("__init__.py")}
     assert set(packages) - {"stages"} == folders, "pyproject.toml's packages must list every folder of src/tfdist"
+
+
+#: The modules that may import MLflow, and why each: ``import mlflow`` costs seconds, so every other module (and so
+#: every stage that does not log, and every probe of a store) stays free of it.
+MLFLOW_IMPORTERS = {
+    "tfdist.tracking.experiment": "points MLflow at the store and the experiment",
+    "tfdist.tracking.runs": "runs, params, metrics, tags, datasets",
+    "tfdist.tracking.models": "saves, logs, loads and registers models",
+    "tfdist.tracking.addresses": "finds the newest execution for the UI's address",
+    "tfdist.tracking.outage": "sends metrics through MLflow's client while the store comes and goes",
+    "tfdist.tracking.schema": "migrates MLflow's schema once per version",
+    "tfdist.tracking.server_app": "a plugin that runs inside mlflow server",
+    "tfdist.tracking.mlflow_private": "MLflow's private API, each use tested",
+}
+
+
+def test_only_the_named_tracking_modules_import_mlflow():
+    importers = {module_name(path) for path in SRC.rglob("*.py")
+                 if any(name == "mlflow" or name.startswith("mlflow.") for name in imported_names(path))}
+    assert importers == set(MLFLOW_IMPORTERS), (
+        f"import mlflow only in {sorted(MLFLOW_IMPORTERS)}; also in {sorted(importers - set(MLFLOW_IMPORTERS))}, "
+        f"no longer in {sorted(set(MLFLOW_IMPORTERS) - importers)}")
+
+
+def test_the_top_level_holds_at_most_twelve_modules():
+    top = sorted(path.stem for path in (SRC / "tfdist").glob("*.py") if path.stem != "__init__")
+    assert len(top) <= 12, f"{len(top)} top-level modules in src/tfdist (give them a room): {top}"

@@ -258,7 +258,7 @@ class MlflowConfig:
         outage_timeout: seconds a training stage waits, once training is over, for a
             tracking store that stopped answering (a server restarting, its object store
             down) before it stops, naming what was not recorded; training itself never
-            waits for it, and a rerun finishes into the same run (:mod:`tfdist.tracking_outage`).
+            waits for it, and a rerun finishes into the same run (:mod:`tfdist.tracking.outage`).
     """
 
     tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking")

@@ -165,10 +165,10 @@ def test_ui_needs_a_store_and_a_free_port(workdir):
     assert result.exit_code == 2
     assert "mlflow.tracking_uri sqlite:///" in result.output and "no store there yet; run the pipeline first" in result.output
 
-    from tfdist import tracking
     from tfdist.config import load_config
+    from tfdist.tracking import experiment
 
-    tracking.configure(load_config(workdir / "params.yaml").mlflow)
+    experiment.configure(load_config(workdir / "params.yaml").mlflow)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -29,9 +29,9 @@ def run_stage(workdir, strategy, *sets, timeout=240):
 
 
 def accuracy_on_test(workdir, name):
-    from tfdist import tracking
+    from tfdist.tracking import models
 
-    model = tracking.load_model(workdir / "models" / name)
+    model = models.load_model(workdir / "models" / name)
     metrics, _ = evaluate_model(model, load_split(workdir / "data" / "prepared", "test"))
     return metrics["accuracy"]
 

@@ -5,11 +5,11 @@ import os
 import mlflow
 import pytest
 
-from tfdist import tracking
 from tfdist.config import MlflowConfig, load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.reports import RunPaths, TrainReport, read_report, write_report
-from tfdist.tracking_outage import MetricsOutbox, Patience
+from tfdist.tracking import experiment, runs
+from tfdist.tracking.outage import MetricsOutbox, Patience
 from tfdist.train.chief_run import ChiefRun, TrackedEpochs
 from tfdist.train.precision import hardware_support
 from tfdist.train.resume import RunBackup
@@ -52,7 +52,7 @@ PATIENCE = Patience(30.0, "the test store")
 @pytest.fixture
 def two_epochs_backed_up(tmp_path):
     """A store, and a backup holding epochs 1 and 2 with the timestamps their metrics were stamped with."""
-    tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", experiment="t"))
+    experiment.configure(MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db", experiment="t"))
     backup = RunBackup(tmp_path / "backup")
     for epoch in (1, 2):
         backup.record_epoch({"epoch": epoch, "loss": 1.0 / epoch, "val_accuracy": 0.4 * epoch}, STAMP + epoch)
@@ -79,7 +79,7 @@ def test_a_resumed_run_sends_its_restored_epochs_again_and_the_store_keeps_one_c
         tracked.on_epoch_end(2)
         tracked.on_train_end()
 
-    with tracking.start_run("resumed", {}, {}, patience=PATIENCE) as run_id:
+    with runs.start_run("resumed", params={}, tags={}, patience=PATIENCE) as run_id:
         killed = MetricsOutbox(run_id, PATIENCE)  # what the killed stage sent: epoch 1
         killed.put({"loss": 1.0, "val_accuracy": 0.4}, step=1, timestamp=STAMP + 1)
         killed.flush()
@@ -92,7 +92,7 @@ def test_a_resumed_run_sends_its_restored_epochs_again_and_the_store_keeps_one_c
 
 
 def test_a_rerun_with_every_epoch_restored_sends_them_all(two_epochs_backed_up):
-    with tracking.start_run("all restored", {}, {}, patience=PATIENCE) as run_id:
+    with runs.start_run("all restored", params={}, tags={}, patience=PATIENCE) as run_id:
         tracked_epochs(run_id, two_epochs_backed_up, 2, lambda tracked: tracked.on_train_end())  # fit ran no epoch
     assert [(m.step, m.timestamp) for m in mlflow.MlflowClient().get_metric_history(run_id, "loss")] == [
         (1, STAMP + 1), (2, STAMP + 2)]

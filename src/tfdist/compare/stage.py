@@ -10,12 +10,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tfdist import atomic, tracking
+from tfdist import atomic
 from tfdist.compare.compute import build_comparison
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config import Config
 from tfdist.distribute.registry import check_pipeline
 from tfdist.reports import EvalReport, TrainReport, read_history, read_report
+from tfdist.tracking import addresses, experiment, models, runs
 
 log = logging.getLogger(__name__)
 
@@ -69,33 +70,33 @@ def _track_comparison(config: Config, comparison: dict, files: list[Path], figur
     curves, not a chart per compared run and number; each run's own numbers
     are on its run. With registered models, ``@champion`` moves to the best.
     """
-    experiment_id = tracking.configure(config.mlflow)
-    runs = comparison["runs"]
-    ranked = sorted(runs.values(), key=lambda row: (row["test_accuracy"], row["samples_per_second"]), reverse=True)
+    experiment_id = experiment.configure(config.mlflow)
+    rows = comparison["runs"]
+    ranked = sorted(rows.values(), key=lambda row: (row["test_accuracy"], row["samples_per_second"]), reverse=True)
     links = [
         f"- [{row['run_label']}](#/experiments/{experiment_id}/runs/{row['mlflow_run_id']}): "
         f"{row['speedup']:.2f}x, test accuracy {row['test_accuracy']:.4f}"
-        for row in runs.values() if row["mlflow_run_id"]
+        for row in rows.values() if row["mlflow_run_id"]
     ]
-    execution = tracking.execution_id(config)
-    with tracking.reopen(tracking.execution_run(config)):
-        tracking.set_tags({
-            "compared": ",".join(runs), "cpu_count": comparison["cpu_count"],
-            "fastest": max(runs.values(), key=lambda row: row["samples_per_second"])["name"], "best": ranked[0]["name"],
+    execution = runs.execution_id(config)
+    with runs.reopen(runs.execution_run(config)):
+        runs.set_tags({
+            "compared": ",".join(rows), "cpu_count": comparison["cpu_count"],
+            "fastest": max(rows.values(), key=lambda row: row["samples_per_second"])["name"], "best": ranked[0]["name"],
             "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
         })
-        tracking.log_metrics({
-            "best_speedup": max(row["speedup"] for row in runs.values()),
+        runs.log_metrics({
+            "best_speedup": max(row["speedup"] for row in rows.values()),
             "best_test_accuracy": ranked[0]["test_accuracy"],
-            "runs_compared": len(runs),
+            "runs_compared": len(rows),
         })
-        tracking.log_artifacts(files)
-        tracking.log_artifacts(figures, "figures")
-    for row in runs.values():  # each run's own time to accuracy, beside its curves (none where it never got there)
+        runs.log_artifacts(files)
+        runs.log_artifacts(figures, "figures")
+    for row in rows.values():  # each run's own time to accuracy, beside its curves (none where it never got there)
         if row["mlflow_run_id"]:
-            tracking.log_metrics({name: row[key] for key, name in RUN_METRICS.items() if row[key] is not None},
-                                 run_id=row["mlflow_run_id"])
+            runs.log_metrics({name: row[key] for key, name in RUN_METRICS.items() if row[key] is not None},
+                             run_id=row["mlflow_run_id"])
     if config.mlflow.register_models:
-        tracking.set_champion(config.mlflow.registered_model, [row["mlflow_run_id"] for row in ranked if row["mlflow_run_id"]])
+        models.set_champion(config.mlflow.registered_model, [row["mlflow_run_id"] for row in ranked if row["mlflow_run_id"]])
     log.info("MLflow: this execution's training runs are at <UI>/%s (make ui prints the full address)",
-             tracking.runs_page(experiment_id, execution))
+             addresses.runs_page(experiment_id, execution))

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import tracking
 from tfdist.config import Config
 from tfdist.data.prepared import CLASSES, Digits, load_split
 from tfdist.reports import EvalReport, TrainReport, from_dict, read_report
+from tfdist.tracking import experiment, models, runs
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,13 @@ def evaluate(config: Config, names: list[str], prepared_dir: Path, models_dir: P
     test = load_split(prepared_dir, "test")
     run_ids = {name: read_report(train_reports / f"{name}.json", TrainReport).mlflow_run_id for name in names}
     for name in names:
-        tracking.check_model(models_dir / name)
-    tracking.configure(config.mlflow)
+        models.check_model(models_dir / name)
+    experiment.configure(config.mlflow)
     results = []
     for name in names:
-        metrics, predicted = evaluate_model(tracking.load_model(models_dir / name), test)
+        metrics, predicted = evaluate_model(models.load_model(models_dir / name), test)
         if run_ids[name]:
-            tracking.log_metrics({"test_loss": metrics["loss"], "test_accuracy": metrics["accuracy"]},
+            runs.log_metrics({"test_loss": metrics["loss"], "test_accuracy": metrics["accuracy"]},
                                  run_id=run_ids[name])
         log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, metrics["accuracy"], metrics["loss"], len(test))
         results.append(Evaluation(from_dict(EvalReport, {"name": name, **metrics}, name), test.y, predicted))

@@ -15,14 +15,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tfdist import atomic, tracking
+from tfdist import atomic
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data.prepared import load_split, splits_digest
 from tfdist.hardware import CpuMeter, Hardware, describe
 from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
 from tfdist.tf_imports import keras, tf
-from tfdist.tracking_outage import MetricsOutbox, Patience, StoreUnreachable
-from tfdist.tracking_store import redact
+from tfdist.tracking import experiment, models, runs
+from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable
+from tfdist.tracking.store import redact
 from tfdist.train.callbacks import Diverged
 from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
@@ -80,7 +81,7 @@ class ChiefRun(TaskRun):
 
         The model is staged and renamed into place only once the run has
         recorded it and ended: a store that stops answering for good
-        (:mod:`tfdist.tracking_outage`) leaves no output, and the backup keeps
+        (:mod:`tfdist.tracking.outage`) leaves no output, and the backup keeps
         what a rerun needs to finish into the same run without training.
         """
         parent = self.open()
@@ -89,8 +90,8 @@ class ChiefRun(TaskRun):
         patience = Patience(self.config.mlflow.outage_timeout, redact(self.config.mlflow.tracking_uri))
         run_id, outbox = resumed_run_id, None
         try:
-            with atomic.atomic_path(self.paths.model) as staged_model, tracking.start_run(
-                    self.title, self.params(), self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
+            with atomic.atomic_path(self.paths.model) as staged_model, runs.start_run(
+                    self.title, params=self.params(), tags=self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
                     system_metrics=True, patience=patience) as run_id:
                 self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
                 outbox = MetricsOutbox(run_id, patience)
@@ -101,12 +102,12 @@ class ChiefRun(TaskRun):
                         with CpuMeter() as cpu:
                             result = self.fit([TrackedEpochs(outbox, self.backup)])
                     except Diverged as err:
-                        tracking.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
+                        runs.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
                         raise
                     patience.restart_clock()
                     costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
                     digest = self.save(result, staged_model, patience)
-                    tracking.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)},
+                    runs.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)},
                                          patience=patience)
                     outbox.flush()
                 finally:
@@ -134,13 +135,13 @@ class ChiefRun(TaskRun):
 
         Returns the execution's parent run, under which this run nests.
         """
-        tracking.configure(self.config.mlflow)
+        experiment.configure(self.config.mlflow)
         for backup in self.stale:
-            if backup.run_id and tracking.close_if_running(backup.run_id, "KILLED"):
+            if backup.run_id and runs.close_if_running(backup.run_id, "KILLED"):
                 log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
                          backup.run_id)
             backup.remove()
-        return tracking.execution_run(self.config)
+        return runs.execution_run(self.config)
 
     @property
     def title(self) -> str:
@@ -159,14 +160,14 @@ class ChiefRun(TaskRun):
             "strategy": self.info.name, "stage": "train", "model_name": self.name,
             "synchronous": str(self.info.synchronous), "loop": train.loop, "precision": train.precision,
             "precision.can_be_faster": str(support.can_be_faster), "precision.hardware": support.reason,
-            tracking.EXECUTION_TAG: tracking.execution_id(self.config),
+            runs.EXECUTION_TAG: runs.execution_id(self.config),
         }
 
     def log_dataset(self) -> None:
         """The prepared data as the run's input, under the sha256 reports/data.json gives (test split included)."""
         test = load_split(self.paths.prepared, "test")
         sha256 = splits_digest({"train": self.train_split, "val": self.val_split, "test": test})
-        tracking.log_dataset(self.train_split.x, self.train_split.y, "mnist", sha256,
+        runs.log_dataset(self.train_split.x, self.train_split.y, name="mnist", sha256=sha256,
                              source=str(self.paths.prepared.resolve()), context="training")
 
     def save(self, result: TrainResult, path: Path, patience: Patience) -> str:
@@ -175,8 +176,8 @@ class ChiefRun(TaskRun):
         digest = weights_digest(model)
         log.info("%s: final weights sha256 %s", self.task.name if self.task else self.name, digest)
         mlflow = self.config.mlflow
-        tracking.save_model(
-            model, path, self.train_split.x[:5], log_to_run=mlflow.log_models,
+        models.save_model(
+            model, path, example=self.train_split.x[:5], log_to_run=mlflow.log_models,
             register_as=mlflow.registered_model if mlflow.register_models else None,
             version_tags={"strategy": self.info.name, "run_name": self.name, "loop": self.config.train.loop,
                           "precision": self.config.train.precision}, patience=patience,

@@ -133,10 +133,10 @@ def _close_chief_run(config: Config, paths: RunPaths, name: str, status: str) ->
     run_ids = [backup.run_id for backup in backups_of(paths.backups, name) if backup.run_id]
     if not run_ids:
         return
-    from tfdist import tracking
+    from tfdist.tracking import experiment, runs
 
-    tracking.configure(config.mlflow)
+    experiment.configure(config.mlflow)
     for run_id in run_ids:
-        if tracking.close_if_running(run_id, status, overriding=("KILLED",) if status == "FAILED" else ()):
+        if runs.close_if_running(run_id, status, overriding=("KILLED",) if status == "FAILED" else ()):
             log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)
 

@@ -27,6 +27,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 
 from tfdist.errors import RunError
+from tfdist.tracking.mlflow_private import request_failed
 
 log = logging.getLogger("tfdist.tracking")
 
@@ -53,7 +54,7 @@ def unreachable(err: BaseException) -> bool:
         return err.response is not None and err.response.status_code >= 500
     if isinstance(err, MlflowException):
         message = str(err.message)
-        if message.startswith("API request to") and ("failed with exception" in message or "timeout" in message):
+        if request_failed(message):
             return True  # MLflow's own retries ran out: refused, reset, or 5xx every time
         return err.error_code in _SERVER_SIDE_CODES
     try:

@@ -1,9 +1,9 @@
 """A new sqlite tracking store, copied from MLflow's schema migrated once per MLflow version.
 
 MLflow creates a store by running every one of its schema migrations
-(alembic, about 60 revisions): 1.1-1.6 s of CPU, which the first train stage
-of a fresh workspace paid before ``fit`` (and every test with a store of its
-own). The migrated, empty schema is kept once per MLflow version in the user's
+(alembic, about 60 revisions), seconds of CPU that the first train stage of a
+fresh workspace paid before ``fit``, and every test with a store of its own
+(docs/performance.md, "Start-up"). The migrated, empty schema is kept once per MLflow version in the user's
 cache (:func:`cache_folder`), and a new store
 is a copy of it: MLflow then finds its tables at their newest revision and
 adds only its default experiment, in the store's own artifact root, as it
@@ -21,6 +21,7 @@ from pathlib import Path
 import mlflow
 
 from tfdist.atomic import atomic_path
+from tfdist.tracking.mlflow_private import initialize_tables
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def cache_folder() -> Path:
 def create_from_schema(database: Path) -> bool:
     """Create the sqlite store ``database`` (absent) as a copy of the migrated schema; False where it did not.
 
-    Called under the lock of the store's creation (:func:`tfdist.tracking.configure`).
+    Called under the lock of the store's creation (:func:`tfdist.tracking.experiment.configure`).
     The copy lands under its final name only once it is whole.
     """
     try:
@@ -63,12 +64,10 @@ def _schema() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
         if not schema.is_file():
             import sqlalchemy
-            from mlflow.store.db.utils import _initialize_tables  # MLflow's own creation, without its default rows
-
             with atomic_path(schema) as staged:
                 engine = sqlalchemy.create_engine(f"sqlite:///{staged}")
                 try:
-                    _initialize_tables(engine)
+                    initialize_tables(engine)  # MLflow's own creation, without its default rows
                 finally:
                     engine.dispose()
     return schema

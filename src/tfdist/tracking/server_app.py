@@ -9,9 +9,8 @@ where the browser has no choice stored yet, it stores "machine learning".
 A user who switches to GenAI in the sidebar keeps that choice.
 
 A plugin of MLflow's server (it runs inside ``mlflow server``, never in a
-stage), so it imports ``mlflow.server``, the one module besides
-:mod:`tfdist.tracking` that imports MLflow. ``tfdist-basic-auth`` is the
-same behind MLflow's basic-auth, for a shared host.
+stage), so it imports ``mlflow.server`` at its top. ``tfdist-basic-auth`` is
+the same behind MLflow's basic-auth, for a shared host.
 """
 
 from __future__ import annotations
@@ -19,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask, Response, request
-from mlflow.environment_variables import _MLFLOW_SGI_NAME
 from mlflow.server import app as mlflow_app
 from mlflow.server.fastapi_app import create_fastapi_app
+
+from tfdist.tracking.mlflow_private import served_by_uvicorn
 
 #: The UI's local-storage key for the workflow type (its useLocalStorage hook appends ``_v<version>``).
 WORKFLOW_KEY = "mlflow.workflowType_v1"
@@ -51,7 +51,7 @@ def default_to_training_runs(response: Response) -> Response:
 def create_app(app: Flask = mlflow_app) -> Any:
     """MLflow's app with :func:`default_to_training_runs`; wrapped for uvicorn as MLflow's own plugins are."""
     app.after_request(default_to_training_runs)
-    if _MLFLOW_SGI_NAME.get() == "uvicorn":
+    if served_by_uvicorn():
         return create_fastapi_app(app)
     return app
 

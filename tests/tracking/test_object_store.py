@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tfdist import storage
 from tfdist.errors import InputError
+from tfdist.tracking import object_store
 
 from helpers.s3 import ACCESS_KEY, SECRET_KEY, s3_store
 from helpers.servers import free_ports
@@ -36,7 +36,8 @@ def run(command: list[str], cwd, env: dict[str, str]) -> tuple[subprocess.Comple
 
 
 def test_the_store_serves_its_bucket_to_its_keys(s3):
-    storage.check_bucket(storage.parse_s3_url(f"s3://{s3.bucket}/dvc", s3.endpoint), "the remote", ACCESS_KEY, SECRET_KEY)
+    location = object_store.parse_s3_url(f"s3://{s3.bucket}/dvc", s3.endpoint)
+    object_store.check_bucket(location, "the remote", ACCESS_KEY, SECRET_KEY)
     s3.client().put_object(Bucket=s3.bucket, Key="probe/one", Body=b"1")
     assert "probe/one" in s3.keys("probe/")
 
@@ -91,6 +92,6 @@ def test_a_dvc_remote_with_the_wrong_keys_stops_before_dvc_naming_the_remote(s3,
 
 def test_a_remote_that_is_not_configured_or_not_s3_is_named():
     with pytest.raises(InputError, match=r"is not an S3 URL; give s3://BUCKET/PREFIX"):
-        storage.parse_s3_url("gs://bucket/x", None, "DVC remote team")
+        object_store.parse_s3_url("gs://bucket/x", None, "DVC remote team")
     with pytest.raises(InputError, match=r"endpoint '\*\*\*' is not an http"):
-        storage.parse_s3_url("s3://bucket/x", "***", "DVC remote team")
+        object_store.parse_s3_url("s3://bucket/x", "***", "DVC remote team")

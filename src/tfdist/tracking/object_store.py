@@ -18,7 +18,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from tfdist.errors import InputError
-from tfdist.tracking_store import redact
+from tfdist.tracking.store import redact
 
 #: Where boto3 (MLflow's artifact client) looks for a non-AWS endpoint.
 MLFLOW_ENDPOINT_ENV = "MLFLOW_S3_ENDPOINT_URL"

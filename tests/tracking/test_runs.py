@@ -6,10 +6,11 @@ import sys
 import mlflow
 import pytest
 
-from tfdist import tracking, tracking_store
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
-from tfdist.tracking_outage import MetricsOutbox, Patience
+from tfdist.tracking import experiment, models, runs
+from tfdist.tracking.outage import MetricsOutbox, Patience
+from tfdist.tracking.store import redact, store_uri
 from tfdist.workspace import workspace_root
 
 from helpers.project import tiny_params
@@ -19,7 +20,7 @@ from helpers.servers import free_ports
 @pytest.fixture
 def store(tmp_path):
     config = MlflowConfig(tracking_uri=f"sqlite:///{tmp_path}/store/mlflow.db", experiment="t")
-    tracking.configure(config)
+    experiment.configure(config)
     return tmp_path / "store"
 
 
@@ -31,7 +32,7 @@ def test_run_logs_params_tags_and_epoch_metrics(store, monkeypatch):
     monkeypatch.setenv("DVC_STAGE", "train-normal")
     monkeypatch.setenv("DVC_EXP_NAME", "exp-1")
     patience = Patience(5.0, "the test store")
-    with tracking.start_run("normal", {"train": {"epochs": 2}}, {"strategy": "default"}, patience=patience) as run_id:
+    with runs.start_run("normal", params={"train": {"epochs": 2}}, tags={"strategy": "default"}, patience=patience) as run_id:
         outbox = MetricsOutbox(run_id, patience)
         for epoch in range(2):
             outbox.put({"loss": 1.0 / (epoch + 1), "accuracy": 0.5}, step=epoch + 1)
@@ -46,15 +47,15 @@ def test_run_logs_params_tags_and_epoch_metrics(store, monkeypatch):
 
 
 def test_a_failing_run_is_marked_failed(store):
-    with pytest.raises(ZeroDivisionError), tracking.start_run("broken", {}, {}) as run_id:
+    with pytest.raises(ZeroDivisionError), runs.start_run("broken", params={}, tags={}) as run_id:
         _ = 1 / 0
     assert mlflow.get_run(run_id).info.status == "FAILED"
 
 
 def test_metrics_can_be_added_to_a_finished_run(store):
-    with tracking.start_run("r", {}, {}) as run_id:
+    with runs.start_run("r", params={}, tags={}) as run_id:
         pass
-    tracking.log_metrics({"test_accuracy": 0.9}, run_id=run_id)
+    runs.log_metrics({"test_accuracy": 0.9}, run_id=run_id)
     run = mlflow.get_run(run_id)
     assert run.data.metrics["test_accuracy"] == 0.9 and run.info.status == "FINISHED"
 
@@ -65,8 +66,8 @@ def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
 
     model = build_seed_model(ModelConfig(hidden_units=[8]))
     example = __import__("numpy").zeros((2, 784), dtype="float32")
-    tracking.save_model(model, tmp_path / "m", example, log_to_run=False)
-    loaded = tracking.load_model(tmp_path / "m")
+    models.save_model(model, tmp_path / "m", example=example, log_to_run=False)
+    loaded = models.load_model(tmp_path / "m")
     assert loaded.predict(example, verbose=0).shape == (2, 10)
     assert mlflow.pyfunc.load_model(str(tmp_path / "m")).predict(example).shape == (2, 10)
 
@@ -75,7 +76,7 @@ def test_unusable_store_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(InputError, match="mlflow.tracking_uri sqlite:///.*: cannot create"):
-        tracking.configure(MlflowConfig(tracking_uri=f"sqlite:///{blocker}/sub/mlflow.db"))
+        experiment.configure(MlflowConfig(tracking_uri=f"sqlite:///{blocker}/sub/mlflow.db"))
 
 
 def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(tmp_path, store):
@@ -85,9 +86,9 @@ def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(t
     example = __import__("numpy").zeros((2, 784), dtype="float32")
     versions = []
     for strategy in ("default", "mirrored"):
-        with tracking.start_run(strategy, {}, {}):
+        with runs.start_run(strategy, params={}, tags={}):
             model = build_seed_model(ModelConfig(hidden_units=[8]))
-            versions.append(tracking.save_model(model, tmp_path / strategy, example, log_to_run=True,
+            versions.append(models.save_model(model, tmp_path / strategy, example=example, log_to_run=True,
                                                 register_as="digits", version_tags={"strategy": strategy}))
     assert versions == ["1", "2"]
     client = mlflow.MlflowClient()
@@ -97,20 +98,20 @@ def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(t
 
 def test_a_new_experiment_opens_on_its_training_runs(store):
     config = MlflowConfig(tracking_uri=f"sqlite:///{store}/mlflow.db", experiment="fresh")
-    experiment = mlflow.get_experiment(tracking.configure(config))
-    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert "tfdist.execution" in experiment.tags["mlflow.note.content"]
+    created = mlflow.get_experiment(experiment.configure(config))
+    assert created.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "tfdist.execution" in created.tags["mlflow.note.content"]
 
 
 def test_execution_id_is_the_dvc_experiment_or_commit_and_params(monkeypatch):
     from tfdist.config import Config, TrainConfig
 
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-    first, again = tracking.execution_id(Config()), tracking.execution_id(Config())
-    other = tracking.execution_id(Config(train=TrainConfig(epochs=3)))
+    first, again = runs.execution_id(Config()), runs.execution_id(Config())
+    other = runs.execution_id(Config(train=TrainConfig(epochs=3)))
     assert first == again and first != other and first.split("-")[0] == other.split("-")[0]
     monkeypatch.setenv("DVC_EXP_NAME", "bf16-3ep")
-    assert tracking.execution_id(Config()) == "bf16-3ep"
+    assert runs.execution_id(Config()) == "bf16-3ep"
 
 
 # --- the workspace's store, also from DVC's experiment copies ------------------------------------------
@@ -120,24 +121,24 @@ def test_a_relative_sqlite_store_resolves_to_the_workspace_even_from_a_dvc_exper
     copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpab12cd"
     copy.mkdir(parents=True)
     assert workspace_root(copy / "src") == tmp_path and workspace_root(tmp_path) == tmp_path
-    assert tracking_store.store_uri("sqlite:///mlruns/mlflow.db", copy) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    assert tracking_store.store_uri("sqlite:////abs/mlflow.db", copy) == "sqlite:////abs/mlflow.db"
-    assert tracking_store.store_uri("http://127.0.0.1:5000", copy) == "http://127.0.0.1:5000"
+    assert store_uri("sqlite:///mlruns/mlflow.db", copy) == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert store_uri("sqlite:////abs/mlflow.db", copy) == "sqlite:////abs/mlflow.db"
+    assert store_uri("http://127.0.0.1:5000", copy) == "http://127.0.0.1:5000"
 
 
 def test_an_experiment_created_from_a_copy_keeps_its_artifacts_in_the_workspace(tmp_path, monkeypatch):
     copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpab12cd"
     copy.mkdir(parents=True)
     monkeypatch.chdir(copy)
-    experiment_id = tracking.configure(MlflowConfig(tracking_uri="sqlite:///mlruns/mlflow.db", experiment="copied"))
+    experiment_id = experiment.configure(MlflowConfig(tracking_uri="sqlite:///mlruns/mlflow.db", experiment="copied"))
     assert (tmp_path / "mlruns" / "mlflow.db").is_file() and not (copy / "mlruns" / "mlflow.db").exists()
     location = mlflow.get_experiment(experiment_id).artifact_location
     assert location == (tmp_path / "mlruns" / "copied").as_uri()
 
 
 def test_passwords_never_reach_a_message():
-    assert tracking_store.redact("postgresql://team:s3cret@db.example:5432/mlflow") == "postgresql://team:***@db.example:5432/mlflow"
-    assert tracking_store.redact("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
+    assert redact("postgresql://team:s3cret@db.example:5432/mlflow") == "postgresql://team:***@db.example:5432/mlflow"
+    assert redact("sqlite:///mlruns/mlflow.db") == "sqlite:///mlruns/mlflow.db"
 
 
 def _train_with_store(tmp_path, uri, *prelude):
@@ -170,16 +171,16 @@ def test_a_database_nobody_serves_fails_in_seconds_naming_it(tmp_path, prepared_
 
 
 def test_a_launcher_closes_a_run_its_stopped_chief_left_running_and_corrects_a_killed_one(store):
-    with tracking.start_run("finished", {}, {}) as finished:
+    with runs.start_run("finished", params={}, tags={}) as finished:
         pass
     killed = mlflow.start_run(run_name="stopped").info.run_id
     mlflow.end_run("KILLED")  # the chief saw only its launcher's SIGTERM
     running = mlflow.start_run(run_name="left running").info.run_id
     mlflow.end_run("RUNNING")  # as a SIGKILL leaves it
 
-    assert tracking.close_if_running(running, "FAILED")
-    assert not tracking.close_if_running(killed, "FAILED"), "a KILLED run stays KILLED unless told otherwise"
-    assert tracking.close_if_running(killed, "FAILED", overriding=("KILLED",))
-    assert not tracking.close_if_running(finished, "FAILED", overriding=("KILLED",))
+    assert runs.close_if_running(running, "FAILED")
+    assert not runs.close_if_running(killed, "FAILED"), "a KILLED run stays KILLED unless told otherwise"
+    assert runs.close_if_running(killed, "FAILED", overriding=("KILLED",))
+    assert not runs.close_if_running(finished, "FAILED", overriding=("KILLED",))
     statuses = {run_id: mlflow.get_run(run_id).info.status for run_id in (finished, killed, running)}
     assert statuses == {finished: "FINISHED", killed: "FAILED", running: "FAILED"}

@@ -1,6 +1,6 @@
 """Where runs are kept: a tracking store's URI, checked in seconds, before MLflow is imported.
 
-``import mlflow`` costs seconds (11 s on a loaded 2-core machine); a command
+``import mlflow`` costs seconds (docs/performance.md, "Start-up"); a command
 that only needs to know whether a store answers (``make ui``, ``make server``,
 a stage's first check) asks here, and a wrong URI fails at once, naming it
 with its password hidden.

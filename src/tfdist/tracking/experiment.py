@@ -1,0 +1,123 @@
+"""MLflow pointed at the configured store and experiment, created under a lock where they are new.
+
+A relative sqlite store is the workspace's, also when DVC runs a stage in an
+experiment copy; a store that cannot be opened fails here, before training,
+naming its URI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.exceptions import MlflowException
+
+from tfdist.config import MlflowConfig
+from tfdist.errors import InputError
+from tfdist.tracking.schema import create_from_schema
+from tfdist.tracking.store import DATABASE_DRIVERS, probe_store, redact, store_uri
+from tfdist.workspace import workspace_root
+
+# The UI opens an experiment of this kind on its training runs (not the GenAI overview).
+_EXPERIMENT_KIND = "mlflow.experimentKind"
+_EXPERIMENT_NOTE = (
+    "Runs of the tfdist pipeline: one parent run per pipeline execution (named ``execution ID``, ID being the DVC "
+    "experiment name or commit-paramshash), holding the comparison as artifacts, with one child run per training. "
+    "``tfdist ui`` prints the address of the newest execution's training runs; filter one execution with "
+    "``tags.`tfdist.execution` = 'ID'``."
+)
+
+
+def configure(config: MlflowConfig) -> str:
+    """Point MLflow at the configured store and experiment; return the experiment id.
+
+    Checked here, before training, so that a bad store fails in seconds, not
+    after the last epoch. A relative sqlite store is the workspace's, also
+    when DVC runs the stage in an experiment copy. A new sqlite store is a copy
+    of MLflow's migrated schema (:mod:`tfdist.tracking.schema`). The store's creation,
+    schema upgrade and the experiment's creation happen under a file lock in
+    the workspace: two stages starting at once on a fresh store
+    (``dvc queue start -j 2``) would otherwise both migrate it and one fail.
+
+    Raises:
+        InputError: the store cannot be reached, opened or written, or its driver is not installed.
+    """
+    uri = store_uri(config.tracking_uri)
+    shown = redact(config.tracking_uri)
+    scheme = probe_store(uri)
+    lock: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if scheme == "sqlite":
+        database = Path(uri[len("sqlite:///"):])
+        try:
+            database.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
+        lock = _file_lock(database.with_name(database.name + ".lock"), shown)
+    elif scheme in DATABASE_DRIVERS:
+        lock = _file_lock(_local_artifacts() / ".store.lock", shown)
+    mlflow.set_tracking_uri(uri)
+    with lock:
+        if scheme == "sqlite" and not database.exists():
+            create_from_schema(database)
+        try:
+            experiment = _get_or_create_experiment(config.experiment, scheme)
+        except MlflowException as err:
+            raise InputError(f"mlflow.tracking_uri {shown}: cannot use the tracking store ({err.message})") from None
+    return experiment.experiment_id
+
+
+def _local_artifacts() -> Path:
+    """Where a store without an artifact server keeps artifacts: the workspace's ``mlruns/``."""
+    folder = workspace_root() / "mlruns"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _get_or_create_experiment(name: str, scheme: str) -> Any:
+    """The experiment ``name``, created (tagged for the UI) if missing.
+
+    Created with its artifacts in the workspace's ``mlruns/`` for a store
+    MLflow opens directly (MLflow's default is ``./mlruns`` of whichever
+    directory created it: DVC's experiment copy, for a queued experiment);
+    a server decides for itself. Creating it twice at once (two processes on
+    one server) is fine: the loser reads the winner's.
+    """
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        location = None
+        if scheme not in ("http", "https"):
+            location = (_local_artifacts() / _slug(name)).as_uri()
+        try:
+            client.create_experiment(name, artifact_location=location, tags={
+                _EXPERIMENT_KIND: "custom_model_development", "mlflow.note.content": _EXPERIMENT_NOTE})
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        experiment = client.get_experiment_by_name(name)
+    mlflow.set_experiment(experiment_id=experiment.experiment_id)
+    return experiment
+
+
+def _slug(name: str) -> str:
+    """An experiment name as one folder name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".") or "experiment"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, shown: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (released if the process dies)."""
+    try:
+        handle = open(path, "a")
+    except OSError as err:
+        raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path.parent} ({err.strerror})") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

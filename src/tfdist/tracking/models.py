@@ -1,0 +1,112 @@
+"""Models: saved as MLflow model folders, logged and registered with the run, checked, loaded, and the champion.
+
+TensorFlow is imported only by the functions that save or load a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.models import infer_signature
+
+from tfdist.errors import InputError
+from tfdist.tracking.outage import Patience
+
+log = logging.getLogger(__name__)
+
+
+def _pip_requirements() -> list[str]:
+    # Given explicitly: MLflow's own inference imports the model and takes seconds.
+    from tfdist.tf_imports import keras, tf
+
+    return [f"tensorflow=={tf.__version__}", f"tf-keras=={keras.__version__}", f"mlflow=={mlflow.__version__}"]
+
+
+def _model_kwargs(model: Any, example: Any) -> dict[str, Any]:
+    return {
+        "signature": infer_signature(example, model.predict(example, verbose=0)),
+        "input_example": example,
+        "pip_requirements": _pip_requirements(),
+    }
+
+
+def save_model(
+    model: Any, path: Path, *, example: Any, log_to_run: bool, register_as: str | None = None,
+    version_tags: Mapping[str, str] | None = None, patience: Patience | None = None,
+) -> str | None:
+    """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc).
+
+    With ``log_to_run`` it is also logged to the active run as ``model``; the
+    signature (one prediction) is computed once for both. With ``register_as``
+    the logged model becomes a new version of that registered model, tagged
+    with ``version_tags``; the version is returned. With ``patience``, logging
+    waits for a store (or its artifact store) that stopped answering.
+    """
+    import mlflow.tensorflow  # imports TensorFlow: only where a model is saved
+
+    patience = patience or Patience(0.0, "")
+    # MLflow validates the input example with a Keras predict that draws a progress bar on stdout.
+    with contextlib.redirect_stdout(io.StringIO()):
+        kwargs = _model_kwargs(model, example)
+        mlflow.tensorflow.save_model(model, str(path), **kwargs)
+        if not log_to_run:
+            return None
+        info = patience.call(lambda: mlflow.tensorflow.log_model(
+            model, name="model", registered_model_name=register_as, **kwargs), "the model")
+    version = info.registered_model_version
+    if register_as and version is not None:
+        client = mlflow.MlflowClient()
+        for key, value in (version_tags or {}).items():
+            patience.call(lambda key=key, value=value: client.set_model_version_tag(
+                register_as, str(version), key, str(value)), "the model version's tags")
+        log.info("registered the model as %s version %s", register_as, version)
+    return None if version is None else str(version)
+
+
+#: The alias the compare stage moves to the best registered version: models:/<name>@champion loads it.
+CHAMPION_ALIAS = "champion"
+
+
+def set_champion(registered_model: str, run_ids: list[str]) -> str | None:
+    """Point ``registered_model@champion`` at the version logged by the first of ``run_ids`` that has one.
+
+    ``run_ids`` come best first. Returns the version, or None when none of
+    the runs registered a model (``mlflow.register_models`` was off).
+    """
+    client = mlflow.MlflowClient()
+    for run_id in run_ids:
+        versions = client.search_model_versions(f"name = '{registered_model}' and run_id = '{run_id}'")
+        if versions:
+            version = max(versions, key=lambda v: int(v.version)).version
+            client.set_registered_model_alias(registered_model, CHAMPION_ALIAS, version)
+            log.info("models:/%s@%s is version %s", registered_model, CHAMPION_ALIAS, version)
+            return str(version)
+    return None
+
+
+def check_model(path: Path) -> None:
+    """Refuse a folder that holds no model :func:`save_model` saved.
+
+    Raises:
+        InputError: the folder is missing or is not an MLflow model.
+    """
+    if not (Path(path) / "MLmodel").is_file():
+        raise InputError(f"{path} is not a saved model (no MLmodel file); run the train stage first")
+
+
+def load_model(path: Path) -> Any:
+    """Load a Keras model saved by :func:`save_model`.
+
+    Raises:
+        InputError: the folder is missing or is not an MLflow model.
+    """
+    check_model(path)
+    import mlflow.tensorflow  # imports TensorFlow: only where a model is loaded
+
+    return mlflow.tensorflow.load_model(str(path))

@@ -1,0 +1,61 @@
+"""The private MLflow APIs tfdist relies on (all in tfdist.tracking.mlflow_private) still do what it needs.
+
+If an MLflow upgrade moves or changes one, this fails first, naming it.
+"""
+
+import threading
+
+import mlflow
+import pytest
+import sqlalchemy
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import fluent
+from mlflow.utils.rest_utils import http_request
+
+from tfdist.tracking import mlflow_private
+
+from helpers.servers import free_ports
+
+
+def test_the_system_metrics_monitor_of_a_run_is_found_and_stopped(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_system_metrics_sampling_interval(1)
+    run = mlflow.start_run(log_system_metrics=True)
+    try:
+        assert run.info.run_id in fluent.run_id_to_system_metrics_monitor
+        assert "SystemMetricsMonitor" in {thread.name for thread in threading.enumerate()}
+        mlflow_private.finish_system_metrics(run.info.run_id)
+        assert run.info.run_id not in fluent.run_id_to_system_metrics_monitor
+        assert "SystemMetricsMonitor" not in {thread.name for thread in threading.enumerate()}, "its thread joined"
+    finally:
+        mlflow.end_run()
+        mlflow.set_system_metrics_sampling_interval(None)
+
+
+def test_a_request_nobody_answers_is_told_from_a_refusal_by_its_message():
+    (port,) = free_ports(1)
+    creds = mlflow.utils.credentials.get_default_host_creds(f"http://127.0.0.1:{port}")
+    with pytest.raises(MlflowException) as raised:
+        http_request(creds, "/api/2.0/mlflow/experiments/get", "GET", max_retries=0, timeout=2)
+    assert mlflow_private.request_failed(str(raised.value.message)), raised.value.message
+    assert not mlflow_private.request_failed("RESOURCE_DOES_NOT_EXIST: Run 'x' not found")
+
+
+def test_the_tables_are_created_at_the_newest_revision(tmp_path):
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/schema.db")
+    try:
+        mlflow_private.initialize_tables(engine)
+        with engine.connect() as connection:
+            tables = set(sqlalchemy.inspect(connection).get_table_names())
+            revision = connection.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).scalar()
+    finally:
+        engine.dispose()
+    assert {"experiments", "runs", "metrics", "params", "registered_models", "alembic_version"} <= tables
+    assert revision, "stamped with MLflow's newest revision"
+
+
+def test_the_server_names_the_sgi_it_runs_under(monkeypatch):
+    monkeypatch.setenv("_MLFLOW_SGI_NAME", "uvicorn")
+    assert mlflow_private.served_by_uvicorn()
+    monkeypatch.setenv("_MLFLOW_SGI_NAME", "gunicorn")
+    assert not mlflow_private.served_by_uvicorn()

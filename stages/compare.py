@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, run_stage, stage_errors
+import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
 from tfdist.compare.stage import compare
 from tfdist.config import load_config
+from tfdist_cli.contract import config_options, run_stage, stage_errors
 
 
 @click.command()
@@ -23,10 +24,10 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
     """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        comparison = compare(config, train_reports, eval_reports, out_dir)
-        click.echo(comparison["verdict"])
-        if "advice" in comparison:  # what more machines would give, and the network it assumed (compare.network_*)
-            click.echo(f"With more machines: {comparison['advice']['scale']}")
+        comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, out_dir=out_dir)
+        click.echo(comparison.verdict)
+        # what more machines would give, and the network it assumed (compare.network_*)
+        click.echo(f"With more machines: {comparison.advice.scale}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tfdist.compare.comparison import Network
 from tfdist.compare.compute import build_comparison, time_to_accuracy
 from tfdist.compare.render import render_markdown
 from tfdist.config import CompareConfig
@@ -17,12 +18,12 @@ def test_speedup_and_accuracy_delta_are_relative_to_normal():
         {"normal": train_report("default", 10.0), "mirrored": train_report("mirrored", 20.0, 2, ["/cpu:0", "/cpu:1"])},
         {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.94, 0.3)},
     )
-    mirrored = comparison["runs"]["mirrored"]
-    assert mirrored["speedup"] == pytest.approx(0.5)
-    assert mirrored["accuracy_delta_points"] == pytest.approx(-1.0)
-    assert list(comparison["runs"]) == ["normal", "mirrored"]
-    assert comparison["verdict"].startswith("Distribution did not pay off on this hardware")
-    assert "logical devices carved out of the same" in comparison["verdict"]
+    mirrored = comparison.runs["mirrored"]
+    assert mirrored.speedup == pytest.approx(0.5)
+    assert mirrored.accuracy_delta_points == pytest.approx(-1.0)
+    assert list(comparison.runs) == ["normal", "mirrored"]
+    assert comparison.verdict.startswith("Distribution did not pay off on this hardware")
+    assert "logical devices carved out of the same" in comparison.verdict
 
 
 def test_a_real_speedup_is_called_one():
@@ -31,8 +32,8 @@ def test_a_real_speedup_is_called_one():
          "mirrored": train_report("mirrored", 4.0, 4, [f"/gpu:{i}" for i in range(4)])},
         {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.95, 0.2)},
     )
-    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.50x as fast")
-    assert "4 replicas on /gpu:0" in comparison["verdict"]
+    assert comparison.verdict.startswith("Distribution paid off: mirrored trained 2.50x as fast")
+    assert "4 replicas on /gpu:0" in comparison.verdict
 
 
 def test_comparison_needs_the_normal_run():
@@ -54,7 +55,7 @@ def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynch
     assert "| parameter_server | parameter_server | custom | mixed_bfloat16 | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
     assert "| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 50 | 0.002 |" in markdown
     assert "**Asynchronous:** parameter_server trained with parameter servers" in markdown
-    assert "Its 2 worker processes shared the same" in comparison["verdict"]
+    assert "Its 2 worker processes shared the same" in comparison.verdict
     assert "**Precision:** this machine has no hardware that computes mixed_bfloat16 faster" in markdown
 
 
@@ -65,10 +66,10 @@ def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
                 first_epoch_overhead_seconds=2.5, steady_samples_per_second=72000)
     comparison = build_comparison({"normal": normal, "mirrored": mirrored},
                                   {"normal": eval_report("normal", 0.95, 0.2), "mirrored": eval_report("mirrored", 0.95, 0.2)})
-    row = comparison["runs"]["mirrored"]
-    assert row["speedup"] == pytest.approx(2.0) and row["wall_speedup"] == pytest.approx(0.75)
-    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
-    assert "0.050 s vs 0.100 s per epoch at steady state" in comparison["verdict"]
+    row = comparison.runs["mirrored"]
+    assert row.speedup == pytest.approx(2.0) and row.wall_speedup == pytest.approx(0.75)
+    assert comparison.verdict.startswith("Distribution paid off: mirrored trained 2.00x as fast")
+    assert "0.050 s vs 0.100 s per epoch at steady state" in comparison.verdict
     assert "| mirrored | 72,000 | 90% | 0.050 | 2.50 | 4.0 | 2.00x |" in render_markdown(comparison)
 
 
@@ -100,19 +101,19 @@ def projected(normal_sps: float, mwms, network: CompareConfig | None = None) -> 
 def test_the_projection_is_the_measured_compute_plus_a_ring_all_reduce_on_the_named_network():
     # a 50-example step in 10 ms, of which the all-reduce here took 1 ms + 400,000 x 2 ns = 1.8 ms
     comparison = projected(1000.0, calibrated_mwms(5000.0), CompareConfig(network_gbit=1.0, network_latency_us=100.0))
-    (p,) = comparison["scaling"]
-    assert p["name"] == "multi_worker_mirrored" and p["normal_step_ms"] == pytest.approx(25.0)
-    assert (p["step_ms"], p["all_reduce_here_ms"], p["compute_ms"]) == pytest.approx((10.0, 1.8, 8.2))
+    (p,) = comparison.scaling
+    assert p.name == "multi_worker_mirrored" and p.normal_step_ms == pytest.approx(25.0)
+    assert (p.step_ms, p.all_reduce_here_ms, p.compute_ms) == pytest.approx((10.0, 1.8, 8.2))
     # 2 machines: 2 messages of 0.5 ms + 0.1 ms, and 400,000 bytes at 2 ns + 8 ns (1 Gbit/s) each
-    assert p["step_on_network_ms"]["2"] == pytest.approx(8.2 + 1.2 + 4.0)
+    assert p.step_on_network_ms["2"] == pytest.approx(8.2 + 1.2 + 4.0)
     # 4 machines: 6 messages, and 2 x 3/4 of the bytes
-    assert p["step_on_network_ms"]["4"] == pytest.approx(8.2 + 3.6 + 6.0)
-    assert p["projected_speedup"]["4"] == pytest.approx(4 * 25 / 17.8)
-    assert p["break_even_machines"] == 2
-    assert p["ceiling_speedup"] == pytest.approx(25 / 1.2), "2 messages of 0.6 ms a machine"
-    assert p["ceiling_speedup"] > p["projected_speedup"]["16"]
-    assert comparison["network"] == {"gbit": 1.0, "latency_us": 100.0}
-    advice = comparison["advice"]["scale"]
+    assert p.step_on_network_ms["4"] == pytest.approx(8.2 + 3.6 + 6.0)
+    assert p.projected_speedup["4"] == pytest.approx(4 * 25 / 17.8)
+    assert p.break_even_machines == 2
+    assert p.ceiling_speedup == pytest.approx(25 / 1.2), "2 messages of 0.6 ms a machine"
+    assert p.ceiling_speedup > p.projected_speedup["16"]
+    assert comparison.network == Network(gbit=1.0, latency_us=100.0)
+    advice = comparison.advice.scale
     assert "8.20 ms of compute (its measured 10.00 ms a step, less the 1.80 ms its all-reduce of 391 KiB" in advice
     assert "on a 1 Gbit/s network with 100 µs latency (`compare.network_gbit`, `compare.network_latency_us`)" in advice
     assert "Checked on 2 emulated machines" in advice and "beyond 2 machines, and on a real network, it is unchecked" in advice
@@ -122,42 +123,42 @@ def test_the_projection_is_the_measured_compute_plus_a_ring_all_reduce_on_the_na
 def test_a_step_cheaper_than_the_latency_never_breaks_even_and_the_advice_says_what_caps_it():
     # normal takes 25 examples in 0.25 ms; every machine adds 2 messages of 0.5 + 0.05 ms to each step
     comparison = projected(100_000.0, calibrated_mwms(20_000.0))
-    (p,) = comparison["scaling"]
-    assert p["break_even_machines"] is None and p["ceiling_speedup"] == pytest.approx(0.25 / 1.1)
-    assert p["projected_speedup"]["2"] < p["projected_speedup"]["16"] < p["ceiling_speedup"]
-    assert "never matches normal training's 0.25 ms step" in comparison["advice"]["scale"]
-    assert "which caps it at 0.23x normal speed" in comparison["advice"]["scale"]
+    (p,) = comparison.scaling
+    assert p.break_even_machines is None and p.ceiling_speedup == pytest.approx(0.25 / 1.1)
+    assert p.projected_speedup["2"] < p.projected_speedup["16"] < p.ceiling_speedup
+    assert "never matches normal training's 0.25 ms step" in comparison.advice.scale
+    assert "which caps it at 0.23x normal speed" in comparison.advice.scale
     assert "| multi_worker_mirrored |" in render_markdown(comparison) and " never |" in render_markdown(comparison)
 
 
 def test_without_an_all_reduce_across_workers_nothing_is_projected():
     advice = scaled_runs(mirrored_sps=800.0)
-    assert advice["scaling"] == []
-    assert advice["advice"]["scale"].startswith("No run all-reduced across workers")
-    assert advice["advice"]["scale"].endswith(
+    assert advice.scaling == []
+    assert advice.advice.scale.startswith("No run all-reduced across workers")
+    assert advice.advice.scale.endswith(
         "Not projected: mirrored (one machine's devices); parameter_server (its pulls and pushes to the parameter "
         "servers are not modelled).")
 
 
 def test_advice_says_to_train_without_distribution_when_nothing_is_faster():
-    advice = scaled_runs(mirrored_sps=800.0)["advice"]
-    assert advice["use"].startswith("Train without distribution on this machine")
-    assert "the closest, mirrored, ran at 0.80x" in advice["use"]
-    assert advice["precision"].startswith("mixed_bfloat16 can pay off here (the CPU has avx512_bf16)")
-    assert "dvc exp run -S train.precision=mixed_bfloat16" in advice["precision"]
+    advice = scaled_runs(mirrored_sps=800.0).advice
+    assert advice.use.startswith("Train without distribution on this machine")
+    assert "the closest, mirrored, ran at 0.80x" in advice.use
+    assert advice.precision.startswith("mixed_bfloat16 can pay off here (the CPU has avx512_bf16)")
+    assert "dvc exp run -S train.precision=mixed_bfloat16" in advice.precision
 
 
 def test_advice_names_a_faster_strategy_and_its_accuracy_cost():
-    advice = scaled_runs(mirrored_sps=3000.0, accuracy=0.92)["advice"]
-    assert advice["use"].startswith("Use mirrored: it trained 3.00x as fast as normal training")
-    assert "test accuracy -3.0 points" in advice["use"] and "train.lr_scaling: linear" in advice["use"]
+    advice = scaled_runs(mirrored_sps=3000.0, accuracy=0.92).advice
+    assert advice.use.startswith("Use mirrored: it trained 3.00x as fast as normal training")
+    assert "test accuracy -3.0 points" in advice.use and "train.lr_scaling: linear" in advice.use
 
 
 def test_precision_advice_without_fast_hardware_says_where_it_pays():
     runs = {"normal": train_report("default", 10.0, precision="mixed_float16", precision_support={
         "mixed_bfloat16": {"can_be_faster": False, "reason": "no AVX512-BF16"},
         "mixed_float16": {"can_be_faster": False, "reason": "no GPU"}})}
-    text = build_comparison(runs, {"normal": eval_report("normal", 0.9, 0.3)})["advice"]["precision"]
+    text = build_comparison(runs, {"normal": eval_report("normal", 0.9, 0.3)}).advice.precision
     assert text.startswith("These runs used mixed_float16, which no unit here computes faster than float32")
     assert "Mixed precision would not pay off on this machine: no GPU; no AVX512-BF16." in text
 
@@ -168,15 +169,15 @@ def test_the_verdict_reasons_from_the_hardware_where_training_ran_not_where_comp
                         hardware=cluster)
     comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": mwms},
                                   {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
-    assert "shared" not in comparison["verdict"]
-    assert "It ran 2 workers on 2 machines (gpu-node-1, gpu-node-2), 8 replicas in all" in comparison["verdict"]
-    assert comparison["runs"]["multi_worker_mirrored"]["hosts"] == ["gpu-node-1", "gpu-node-2"]
+    assert "shared" not in comparison.verdict
+    assert "It ran 2 workers on 2 machines (gpu-node-1, gpu-node-2), 8 replicas in all" in comparison.verdict
+    assert comparison.runs["multi_worker_mirrored"].hosts == ["gpu-node-1", "gpu-node-2"]
 
     local = train_report("multi_worker_mirrored", 20.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
                          hardware=Hardware(["laptop"], 12, "i7", ["CPU"], []))
     comparison = build_comparison({"normal": train_report("default", 10.0), "multi_worker_mirrored": local},
                                   {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored")})
-    assert "Its 2 worker processes shared the same 12 CPU cores of one machine" in comparison["verdict"]
+    assert "Its 2 worker processes shared the same 12 CPU cores of one machine" in comparison.verdict
 
 
 def test_the_report_says_which_machine_measured_it():
@@ -203,11 +204,11 @@ def test_the_three_paradigms_side_by_side_with_what_each_holds_moves_and_idles()
     assert "| model_parallel | model | 100,480 | 25,600 | 1 | 22% | 50% |" in markdown
     assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 | 38% | 17% |" in markdown
     assert "| mirrored | data | 101,770 | 814,160 | 1 | – | – |" in markdown
-    advice = comparison["advice"]["paradigms"]
+    advice = comparison.advice.paradigms
     assert "model_parallel held at most 100,480 parameters on a device and moved 25 KiB of activations per step" in advice
     assert "idled 38% of a step (theory 17% for 2 stages and 5 micro-batches)" in advice
     assert "kept all 101,770 parameters on every replica and moved 795 KiB per step" in advice
-    assert comparison["scaling"] == [], "a layer split is not projected as replicas (nor one machine's mirrored)"
+    assert comparison.scaling == [], "a layer split is not projected as replicas (nor one machine's mirrored)"
 
 
 def history(val_accuracies, epoch_seconds=1.0, first_epoch_seconds=None):
@@ -237,16 +238,16 @@ def test_a_run_faster_per_sample_that_needs_more_epochs_is_slower_to_accuracy_an
     comparison = build_comparison({"normal": normal, "mirrored": mirrored, "parameter_server": ps},
                                   {name: eval_report(name, 0.95) for name in histories}, histories,
                                   CompareConfig(target_accuracy=0.93))
-    runs = comparison["runs"]
-    assert (runs["normal"]["epochs_to_target"], runs["normal"]["seconds_to_target"]) == (2, pytest.approx(2.0))
-    assert (runs["mirrored"]["epochs_to_target"], runs["mirrored"]["seconds_to_target"]) == (5, pytest.approx(2.5))
-    assert runs["mirrored"]["speedup"] == pytest.approx(2.0)
-    assert runs["mirrored"]["time_to_accuracy_speedup"] == pytest.approx(0.8)
-    assert runs["parameter_server"]["seconds_to_target"] is None
-    assert runs["parameter_server"]["time_to_accuracy_speedup"] is None
-    assert comparison["verdict"].startswith("Distribution paid off: mirrored trained 2.00x as fast")
+    runs = comparison.runs
+    assert (runs["normal"].epochs_to_target, runs["normal"].seconds_to_target) == (2, pytest.approx(2.0))
+    assert (runs["mirrored"].epochs_to_target, runs["mirrored"].seconds_to_target) == (5, pytest.approx(2.5))
+    assert runs["mirrored"].speedup == pytest.approx(2.0)
+    assert runs["mirrored"].time_to_accuracy_speedup == pytest.approx(0.8)
+    assert runs["parameter_server"].seconds_to_target is None
+    assert runs["parameter_server"].time_to_accuracy_speedup is None
+    assert comparison.verdict.startswith("Distribution paid off: mirrored trained 2.00x as fast")
     assert ("To 0.93 validation accuracy, mirrored took 5 epochs and 2.5 s against normal training's 2 and 2.0 s "
-            "(0.80x in time to accuracy).") in comparison["verdict"]
+            "(0.80x in time to accuracy).") in comparison.verdict
     markdown = render_markdown(comparison)
     assert "epochs to target | time to target (s) | speed-up to target" in markdown
     assert "| mirrored | " in markdown and "| 5 | 2.5 | 0.80x |" in markdown
@@ -261,8 +262,8 @@ def test_time_to_accuracy_is_left_out_of_the_verdict_where_it_agrees_with_throug
     comparison = build_comparison({"normal": normal, "mirrored": mirrored},
                                   {name: eval_report(name, 0.95) for name in histories}, histories,
                                   CompareConfig(target_accuracy=0.93))
-    assert comparison["runs"]["mirrored"]["time_to_accuracy_speedup"] == pytest.approx(2.0)
-    assert "validation accuracy" not in comparison["verdict"]
+    assert comparison.runs["mirrored"].time_to_accuracy_speedup == pytest.approx(2.0)
+    assert "validation accuracy" not in comparison.verdict
 
 
 def test_a_distributed_run_that_never_reaches_the_target_is_named_in_the_verdict():
@@ -273,4 +274,4 @@ def test_a_distributed_run_that_never_reaches_the_target_is_named_in_the_verdict
                                   {name: eval_report(name, 0.95) for name in histories}, histories,
                                   CompareConfig(target_accuracy=0.93))
     assert ("But mirrored never reached 0.93 validation accuracy in its 2 epochs, which normal training did in 2 "
-            "(2.0 s of training).") in comparison["verdict"]
+            "(2.0 s of training).") in comparison.verdict

@@ -32,7 +32,7 @@ def test_markdown_and_figures(tmp_path):
 
 def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):
     comparison = scaled_runs(mirrored_sps=800.0)
-    plot_figures(comparison, {name: history() for name in comparison["runs"]}, tmp_path / "figures")
+    plot_figures(comparison, {name: history() for name in comparison.runs}, tmp_path / "figures")
     page = render_html(comparison, tmp_path)
     markdown = render_markdown(comparison)
     assert page.startswith("<!DOCTYPE html>") and page.count('<img src="data:image/png;base64,') == 3

@@ -17,6 +17,7 @@ from typing import Any
 from matplotlib.figure import Figure  # pyplot-free: files only, no display or backend needed
 
 from tfdist import atomic
+from tfdist.compare.comparison import Comparison, Projection, RunRow
 
 #: Figure file names, in the order the document shows them.
 FIGURES = (
@@ -66,21 +67,18 @@ _TEXT_COLUMNS = ("name", "strategy", "loop", "precision", "unit", "paradigm")
 Block = tuple  # ("h1" | "h2" | "p", text) | ("ul", [text]) | ("table", headers, aligns, rows) | ("img", file, alt)
 
 
-def document(comparison: dict[str, Any]) -> list[Block]:
+def document(comparison: Comparison) -> list[Block]:
     """The report's blocks: verdict, advice, the two tables, notes, figures."""
-    rows = list(comparison["runs"].values())
-    advice = comparison.get("advice", {})
-    blocks: list[Block] = [("h1", "Normal vs distributed training"), ("p", comparison["verdict"]),
-                           ("p", f"*{comparison['measured_on']}*")]
-    if advice:
-        blocks += [
-            ("h2", "Advice"),
-            ("ul", [f"**Here:** {advice['use']}", f"**With more machines:** {advice['scale']}",
-                    f"**Data, model or pipeline parallelism:** {advice['paradigms']}",
-                    f"**Mixed precision:** {advice['precision']}"]),
-        ]
-        if comparison.get("scaling"):
-            blocks.append(_scaling_table(comparison["scaling"]))
+    rows = comparison.rows
+    advice = comparison.advice
+    blocks: list[Block] = [("h1", "Normal vs distributed training"), ("p", comparison.verdict),
+                           ("p", f"*{comparison.measured_on}*"),
+                           ("h2", "Advice"),
+                           ("ul", [f"**Here:** {advice.use}", f"**With more machines:** {advice.scale}",
+                                   f"**Data, model or pipeline parallelism:** {advice.paradigms}",
+                                   f"**Mixed precision:** {advice.precision}"])]
+    if comparison.scaling:
+        blocks.append(_scaling_table(comparison.scaling))
     blocks += [
         ("h2", "Runs"),
         _table(SETUP_COLUMNS, rows),
@@ -101,7 +99,7 @@ def document(comparison: dict[str, Any]) -> list[Block]:
               "is on the held-out test split; Δ accuracy is against normal training."),
         ("p", f"Time to target: the epochs, and the training seconds (the epochs' training time, first epoch "
               f"included, validation left out), until validation accuracy first reached "
-              f"{rows[0]['target_accuracy']:.2f} (`compare.target_accuracy`), as MLPerf Training scores time to a "
+              f"{rows[0].target_accuracy:.2f} (`compare.target_accuracy`), as MLPerf Training scores time to a "
               "quality: a run with a larger global batch may need more epochs. Speed-up to target is normal "
               "training's time to it divided by the run's."),
         ("p", "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync); "
@@ -114,26 +112,26 @@ def document(comparison: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-def _table(columns: tuple[tuple[str, str], ...], rows: list[dict[str, Any]]) -> Block:
+def _table(columns: tuple[tuple[str, str], ...], rows: list[RunRow]) -> Block:
     return ("table", [title for _, title in columns], [key not in _TEXT_COLUMNS for key, _ in columns],
-            [[_cell(key, row[key]) for key, _ in columns] for row in rows])
+            [[_cell(key, getattr(row, key)) for key, _ in columns] for row in rows])
 
 
-def _scaling_table(projections: list[dict[str, Any]]) -> Block:
-    counts = list(projections[0]["projected_speedup"])
+def _scaling_table(projections: list[Projection]) -> Block:
+    counts = list(projections[0].projected_speedup)
     headers = ["run", "step here (ms)", "all-reduce here (ms)", "compute (ms)", "to break even",
                *[f"speed-up with {n}" for n in counts], "ceiling"]
     rows = [
-        [p["name"], f"{p['step_ms']:.2f}", f"{p['all_reduce_here_ms']:.2f}", f"{p['compute_ms']:.2f}",
-         "never" if p["break_even_machines"] is None else f"{p['break_even_machines']} machines",
-         *[f"{p['projected_speedup'][n]:.2f}x" for n in counts], f"{p['ceiling_speedup']:.2f}x"]
+        [p.name, f"{p.step_ms:.2f}", f"{p.all_reduce_here_ms:.2f}", f"{p.compute_ms:.2f}",
+         "never" if p.break_even_machines is None else f"{p.break_even_machines} machines",
+         *[f"{p.projected_speedup[n]:.2f}x" for n in counts], f"{p.ceiling_speedup:.2f}x"]
         for p in projections
     ]
     return ("table", headers, [False, True, True, True, True, *[True] * len(counts), True], rows)
 
 
-def _asynchronous_note(rows: list[dict[str, Any]]) -> list[Block]:
-    names = [row["name"] for row in rows if not row["synchronous"]]
+def _asynchronous_note(rows: list[RunRow]) -> list[Block]:
+    names = [row.name for row in rows if not row.synchronous]
     if not names:
         return []
     return [("p", f"**Asynchronous:** {', '.join(names)} trained with parameter servers: each worker runs whole "
@@ -144,8 +142,8 @@ def _asynchronous_note(rows: list[dict[str, Any]]) -> list[Block]:
                   "update.")]
 
 
-def _precision_note(rows: list[dict[str, Any]]) -> list[Block]:
-    slow = sorted({row["precision"] for row in rows if not row["precision_can_be_faster"]})
+def _precision_note(rows: list[RunRow]) -> list[Block]:
+    slow = sorted({row.precision for row in rows if not row.precision_can_be_faster})
     if not slow:
         return []
     return [("p", f"**Precision:** this machine has no hardware that computes {', '.join(slow)} faster than float32 "
@@ -233,29 +231,29 @@ def _inline(text: str) -> str:
     return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
 
 
-def render_markdown(comparison: dict[str, Any]) -> str:
+def render_markdown(comparison: Comparison) -> str:
     """The comparison as GitHub markdown."""
     return to_markdown(document(comparison))
 
 
-def render_html(comparison: dict[str, Any], base_dir: Path) -> str:
+def render_html(comparison: Comparison, base_dir: Path) -> str:
     """The comparison as one HTML page; its figures must already be in ``base_dir/figures``."""
     return to_html(document(comparison), base_dir)
 
 
-def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
+def plot_figures(comparison: Comparison, histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
     """Throughput bars, accuracy against time, and loss curves overlaid; returns the PNGs."""
-    rows = list(comparison["runs"].values())
-    names = [r["name"] for r in rows]
+    rows = comparison.rows
+    names = [r.name for r in rows]
     out_dir.mkdir(parents=True, exist_ok=True)
     throughput_png, accuracy_png, loss_png = (out_dir / name for name, _ in FIGURES)
     paths = []
 
     fig = Figure(figsize=(10, 4))
     left, right = fig.subplots(1, 2)
-    left.bar(names, [r["samples_per_second"] for r in rows], color="tab:blue")
+    left.bar(names, [r.samples_per_second for r in rows], color="tab:blue")
     left.set(title="Training throughput", ylabel="samples / s")
-    right.bar(names, [r["train_seconds"] for r in rows], color="tab:orange")
+    right.bar(names, [r.train_seconds for r in rows], color="tab:orange")
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):
         axis.tick_params(axis="x", rotation=30)
@@ -264,8 +262,8 @@ def plot_figures(comparison: dict[str, Any], histories: dict[str, list[dict]], o
     fig = Figure(figsize=(6, 4))
     axis = fig.subplots()
     for row in rows:
-        axis.scatter(row["train_seconds"], row["test_accuracy"])
-        axis.annotate(row["name"], (row["train_seconds"], row["test_accuracy"]), textcoords="offset points", xytext=(5, 5))
+        axis.scatter(row.train_seconds, row.test_accuracy)
+        axis.annotate(row.name, (row.train_seconds, row.test_accuracy), textcoords="offset points", xytext=(5, 5))
     axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
     paths.append(_save(fig, accuracy_png))
 

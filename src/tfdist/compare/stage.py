@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from tfdist import atomic
+from tfdist.compare.comparison import Comparison, to_json
 from tfdist.compare.compute import build_comparison
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config import Config
@@ -30,7 +30,7 @@ RUN_METRICS = {"target_accuracy": "target_accuracy", "epochs_to_target": "epochs
                "seconds_to_target": "seconds_to_target_accuracy", "time_to_accuracy_speedup": "time_to_accuracy_speedup"}
 
 
-def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> dict[str, Any]:
+def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -> Comparison:
     """Compare normal training with each of ``distributed.strategies`` into ``out_dir``; attach it to the execution's run.
 
     Writes compare.json (everything), compare.md and compare.html (the same
@@ -49,21 +49,21 @@ def compare(config: Config, train_dir: Path, eval_dir: Path, out_dir: Path) -> d
     comparison = build_comparison(train_reports, eval_reports, histories, config.compare)
     with atomic.atomic_path(out_dir) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
-        atomic.write_json(tmp / "compare.json", comparison)
+        atomic.write_json(tmp / "compare.json", to_json(comparison))
         atomic.write_json(tmp / "metrics.json", {  # a run that never reached the target has no time to it
-            name: {key: round(row[key], 4) for key in HEADLINE_METRICS if row[key] is not None}
-            for name, row in comparison["runs"].items()
+            name: {key: round(getattr(row, key), 4) for key in HEADLINE_METRICS if getattr(row, key) is not None}
+            for name, row in comparison.runs.items()
         })
         curves = [{"run": name, **row, "epoch": int(row["epoch"])} for name in names for row in histories[name]]
         atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS))
         atomic.write_text(tmp / "compare.md", render_markdown(comparison))
         atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
         _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
-    log.info("%s", comparison["verdict"])
+    log.info("%s", comparison.verdict)
     return comparison
 
 
-def _track_comparison(config: Config, comparison: dict, files: list[Path], figures: list[Path]) -> None:
+def _track_comparison(config: Config, comparison: Comparison, files: list[Path], figures: list[Path]) -> None:
     """Attach the comparison to the execution's parent run: report files, figures, a few headline numbers.
 
     Only three metrics, so that MLflow's chart view shows the training runs'
@@ -71,32 +71,32 @@ def _track_comparison(config: Config, comparison: dict, files: list[Path], figur
     are on its run. With registered models, ``@champion`` moves to the best.
     """
     experiment_id = experiment.configure(config.mlflow)
-    rows = comparison["runs"]
-    ranked = sorted(rows.values(), key=lambda row: (row["test_accuracy"], row["samples_per_second"]), reverse=True)
+    rows = comparison.rows
+    ranked = sorted(rows, key=lambda row: (row.test_accuracy, row.samples_per_second), reverse=True)
     links = [
-        f"- [{row['run_label']}](#/experiments/{experiment_id}/runs/{row['mlflow_run_id']}): "
-        f"{row['speedup']:.2f}x, test accuracy {row['test_accuracy']:.4f}"
-        for row in rows.values() if row["mlflow_run_id"]
+        f"- [{row.run_label}](#/experiments/{experiment_id}/runs/{row.mlflow_run_id}): "
+        f"{row.speedup:.2f}x, test accuracy {row.test_accuracy:.4f}"
+        for row in rows if row.mlflow_run_id
     ]
     execution = runs.execution_id(config)
     with runs.reopen(runs.execution_run(config)):
         runs.set_tags({
-            "compared": ",".join(rows), "cpu_count": comparison["cpu_count"],
-            "fastest": max(rows.values(), key=lambda row: row["samples_per_second"])["name"], "best": ranked[0]["name"],
-            "mlflow.note.content": "\n".join([comparison["verdict"], "", "Runs compared:", *links]),
+            "compared": ",".join(comparison.runs), "cpu_count": comparison.cpu_count,
+            "fastest": max(rows, key=lambda row: row.samples_per_second).name, "best": ranked[0].name,
+            "mlflow.note.content": "\n".join([comparison.verdict, "", "Runs compared:", *links]),
         })
         runs.log_metrics({
-            "best_speedup": max(row["speedup"] for row in rows.values()),
-            "best_test_accuracy": ranked[0]["test_accuracy"],
+            "best_speedup": max(row.speedup for row in rows),
+            "best_test_accuracy": ranked[0].test_accuracy,
             "runs_compared": len(rows),
         })
         runs.log_artifacts(files)
         runs.log_artifacts(figures, "figures")
-    for row in rows.values():  # each run's own time to accuracy, beside its curves (none where it never got there)
-        if row["mlflow_run_id"]:
-            runs.log_metrics({name: row[key] for key, name in RUN_METRICS.items() if row[key] is not None},
-                             run_id=row["mlflow_run_id"])
+    for row in rows:  # each run's own time to accuracy, beside its curves (none where it never got there)
+        if row.mlflow_run_id:
+            runs.log_metrics({name: getattr(row, key) for key, name in RUN_METRICS.items() if getattr(row, key) is not None},
+                             run_id=row.mlflow_run_id)
     if config.mlflow.register_models:
-        models.set_champion(config.mlflow.registered_model, [row["mlflow_run_id"] for row in ranked if row["mlflow_run_id"]])
+        models.set_champion(config.mlflow.registered_model, [row.mlflow_run_id for row in ranked if row.mlflow_run_id])
     log.info("MLflow: this execution's training runs are at <UI>/%s (make ui prints the full address)",
              addresses.runs_page(experiment_id, execution))

@@ -1,0 +1,220 @@
+"""The comparison in words: the verdict and the advice, each sentence from the numbers.
+
+:mod:`tfdist.compare.compute` computes the rows and the projection; this
+module says what they mean for the user's choice (distribute or not, with
+which strategy, on how many machines, in which precision) and why. Thresholds
+are named here so that a test can drive each branch.
+"""
+
+from __future__ import annotations
+
+from tfdist.compare.comparison import Advice, Network, Projection, RunRow
+from tfdist.config import MIXED_PRECISIONS
+from tfdist.distribute.registry import splits_layers
+from tfdist.reports import PrecisionSupport
+
+# Below this ratio either way, a speed difference is within run-to-run noise.
+_NOISE = 0.10
+# Test accuracy lost (points) past which the advice says so.
+_ACCURACY_LOSS_POINTS = 1.0
+#: Machine counts the projection shows.
+PROJECTED_MACHINES = (2, 4, 8, 16)
+#: How far the projection was checked (docs/performance.md, "Separate machines", benchmarks/emulated_machines.py).
+CHECKED = ("Checked on 2 emulated machines (a core and a network namespace each, the cable shaped with tc; "
+           "docs/performance.md, \"Separate machines\"): the projected step came within 14 % of the measured one at "
+           "1 Gbit/s and 100 Mbit/s, per-replica batch 25 and 256; beyond 2 machines, and on a real network, "
+           "it is unchecked.")
+
+
+def verdict(rows: list[RunRow]) -> str:
+    """One or two sentences, from the numbers, on whether distributing paid off and why."""
+    normal, others = rows[0], rows[1:]
+    if not others:
+        return "Only normal training ran; list strategies under distributed.strategies to compare."
+    best = max(others, key=lambda r: r.speedup)
+    accuracy = f"test accuracy {best.test_accuracy:.3f} vs {normal.test_accuracy:.3f}"
+    pace = (f"{best.steady_epoch_seconds:.3f} s vs {normal.steady_epoch_seconds:.3f} s per epoch at "
+            "steady state")
+    if best.speedup >= 1 + _NOISE:
+        head = (f"Distribution paid off: {best.name} trained {best.speedup:.2f}x as fast as normal training "
+                f"({pace}, {accuracy}).")
+    elif best.speedup > 1 - _NOISE:
+        head = (f"Distribution did not pay off: the fastest strategy, {best.name}, ran within "
+                f"{100 * _NOISE:.0f}% of normal training ({pace}, {accuracy}).")
+    else:
+        head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best.name}, ran at "
+                f"{best.speedup:.2f}x the speed of normal training ({pace}, {accuracy}).")
+    return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal)) if part)
+
+
+def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
+    """What time to accuracy adds to the throughput verdict: said only where it tells a different story."""
+    target = f"{best.target_accuracy:.2f} validation accuracy"
+    if normal.seconds_to_target is None:
+        return ""  # nothing to compare with: the report's table says "not reached"
+    if best.seconds_to_target is None:
+        return (f"But {best.name} never reached {target} in its {best.epochs} epochs, which normal training did "
+                f"in {normal.epochs_to_target} ({normal.seconds_to_target:.1f} s of training).")
+    first = min((row for row in others if row.seconds_to_target is not None),
+                key=lambda row: row.seconds_to_target)
+    ratio = best.time_to_accuracy_speedup
+    paid, paid_to_target = best.speedup >= 1 + _NOISE, ratio >= 1 + _NOISE
+    if paid == paid_to_target and first is best:
+        return ""
+    text = (f"To {target}, {best.name} took {best.epochs_to_target} epochs and "
+            f"{best.seconds_to_target:.1f} s against normal training's {normal.epochs_to_target} and "
+            f"{normal.seconds_to_target:.1f} s ({ratio:.2f}x in time to accuracy)")
+    if first is not best:
+        text += (f"; {first.name} got there first of the distributed runs, "
+                 f"{first.time_to_accuracy_speedup:.2f}x normal training's pace")
+    return text + "."
+
+
+def _why(best: RunRow, normal: RunRow) -> str:
+    """Why the best run went as fast as it did, from the hardware its report recorded where it trained."""
+    cores = best.cpu_cores
+    if best.stages > 1:
+        shared = f", logical devices sharing the same {cores} CPU cores" if best.shared_cpu else ""
+        overlap = ("its micro-batches overlap the stages only in part" if best.micro_batches > 1
+                   else "only one stage works at a time")
+        return (f"It split the model's layers over {best.stages} devices ({', '.join(best.devices)}{shared}): "
+                f"every step moves activations and their gradients between them, and {overlap}; "
+                "a split pays when the model does not fit one device.")
+    if best.shared_cpu and best.workers > 1:
+        servers = f" and {best.ps} parameter server(s)" if best.ps else ""
+        return (f"Its {best.workers} worker processes{servers} shared the same {cores} CPU cores of one machine, "
+                "so they add no compute, while every step pays for gRPC traffic between the processes "
+                "(all-reduce, or pushing updates to the ps); distribution pays with separate machines or GPUs.")
+    if best.shared_cpu and best.replicas > 1:
+        return (f"Its {best.replicas} replicas are logical devices carved out of the same "
+                f"{cores} CPU cores, so they add no compute, while every step pays for "
+                "splitting the batch and combining gradients; distribution pays with separate GPUs or machines.")
+    if best.workers > 1 and len(best.hosts) > 1:
+        return (f"It ran {best.workers} workers on {len(best.hosts)} machines ({', '.join(best.hosts)}), "
+                f"{best.replicas} replicas in all, each taking part of a {best.global_batch_size}-example global batch.")
+    if best.replicas > normal.replicas:
+        return (f"It ran {best.replicas} replicas on {', '.join(best.devices)}, each taking "
+                f"1/{best.replicas} of a {best.global_batch_size}-example global batch.")
+    return "It ran one replica, so it could only add overhead."
+
+
+def advice(rows: list[RunRow], projections: list[Projection], support: dict[str, PrecisionSupport],
+           network: Network) -> Advice:
+    """Answers from the numbers (and their :func:`~tfdist.compare.compute.projection`) and the hardware.
+
+    What to use here, with more machines, which kind of parallelism, and which precision.
+    """
+    return Advice(use=_use_advice(rows), scale=_scale_advice(rows, projections, network),
+                  paradigms=_paradigm_advice(rows), precision=_precision_advice(rows, support))
+
+
+def _paradigm_advice(rows: list[RunRow]) -> str:
+    """When data, model and pipeline parallelism each pay, with what these runs held, moved and idled."""
+    split = [row for row in rows if splits_layers(row.paradigm)]
+    data = [row for row in rows if row.paradigm == "data"]
+    when = ("Data parallelism pays when the model fits one device and each replica gets a batch big enough to hide "
+            "the gradient exchange; model parallelism pays only when the model (with its optimizer state) does not "
+            "fit one device, as its stages work one after the other; pipeline parallelism then keeps them busy "
+            "together, the more so the more micro-batches per stage (bubble (S-1)/(M+S-1)), if the link between "
+            "devices carries the activations faster than a stage computes them.")
+    if not split:
+        return (when + " Only data parallelism ran here: add `model_parallel` and `pipeline_parallel` (with "
+                "`train.loop: custom`) to `distributed.strategies` to measure the other two.")
+    parts = []
+    for row in split:
+        bubble = "" if row.bubble is None else (
+            f", and its devices idled {row.bubble:.0%} of a step (theory {row.bubble_theory:.0%} for "
+            f"{row.stages} stages and {row.micro_batches} micro-batch{'es' if row.micro_batches > 1 else ''})")
+        parts.append(f"{row.name} held at most {row.max_params_per_device:,} parameters on a device and moved "
+                     f"{_kilobytes(row.bytes_per_step)} of activations per step{bubble}; it ran at "
+                     f"{row.speedup:.2f}x normal speed")
+    text = when + " Here: " + "; ".join(parts) + "."
+    if data:
+        least = min(data, key=lambda row: row.bytes_per_step)
+        text += (f" Data parallelism kept all {least.max_params_per_device:,} parameters on every replica and "
+                 f"moved {_kilobytes(least.bytes_per_step)} per step at the least ({least.name}).")
+    if rows[0].cpu_cores <= 2 and all(kind == "CPU" for kind in rows[0].device_kinds):
+        text += (" The devices here are logical CPU devices sharing the same cores, so a split adds per-op "
+                 "overhead and no compute: the measured idle share reflects that overhead more than the schedule.")
+    return text
+
+
+def _kilobytes(count: int) -> str:
+    return f"{count / 1024:,.0f} KiB" if count >= 1024 else f"{count} bytes"
+
+
+def _use_advice(rows: list[RunRow]) -> str:
+    others = rows[1:]
+    if not others:
+        return "Train without distribution: it is the only run. List strategies under distributed.strategies to compare."
+    best = max(others, key=lambda r: r.speedup)
+    if best.speedup < 1 + _NOISE:
+        return (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
+                f"the closest, {best.name}, ran at {best.speedup:.2f}x. Distribution spends time coordinating "
+                f"replicas that, here, share {rows[0].cpu_cores} CPU cores instead of adding compute.")
+    text = (f"Use {best.name}: it trained {best.speedup:.2f}x as fast as normal training at steady state, "
+            f"with test accuracy {best.accuracy_delta_points:+.1f} points.")
+    if best.accuracy_delta_points < -_ACCURACY_LOSS_POINTS:
+        text += (f" The accuracy it lost comes with its {best.global_batch_size}-example global batch: try "
+                 "`train.lr_scaling: linear` with `train.warmup_epochs: 1`, or more epochs.")
+    return text
+
+
+def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Network) -> str:
+    unprojected = [row for row in rows[1:] if row.paradigm == "data" and not row.collectives]
+    one_machine = [row.name for row in unprojected if row.synchronous]
+    pulls = [row.name for row in unprojected if not row.synchronous]
+    reasons = [*([f"{' and '.join(one_machine)} (one machine's devices)"] if one_machine else []),
+               *([f"{' and '.join(pulls)} (its pulls and pushes to the parameter servers are not modelled)"]
+                 if pulls else [])]
+    left_out = f" Not projected: {'; '.join(reasons)}." if reasons else ""
+    if not projections:
+        return ("No run all-reduced across workers, so there is nothing to project to more machines: add "
+                "`multi_worker_mirrored` to `distributed.strategies`." + left_out)
+    p = min(projections, key=lambda p: (p.break_even_machines or 1 << 30, -p.ceiling_speedup))
+    n = str(PROJECTED_MACHINES[-1])
+    rests = (f"{p.name}'s step is modelled as compute plus a ring all-reduce: {p.compute_ms:.2f} ms of compute "
+             f"(its measured {p.step_ms:.2f} ms a step, less the {p.all_reduce_here_ms:.2f} ms its all-reduce of "
+             f"{_kilobytes(p.gradient_bytes)} of gradients cost between the {p.workers} workers here, as the "
+             f"train stage calibrated it), and per machine 2(N-1) messages and 2(N-1)/N of the bytes on a "
+             f"{network.gbit:g} Gbit/s network with {network.latency_us:g} µs latency (`compare.network_gbit`, "
+             f"`compare.network_latency_us`).")
+    ceiling = (f"however many machines, each adds 2 messages to every step, which caps it at "
+               f"{p.ceiling_speedup:.2f}x normal speed")
+    if p.break_even_machines is None:
+        verdict_text = (f" On that network it never matches normal training's {p.normal_step_ms:.2f} ms step "
+                        f"({p.projected_speedup[n]:.2f}x with {n} machines): {ceiling}.")
+    else:
+        verdict_text = (f" It would need {p.break_even_machines} machines to match normal training "
+                        f"({p.normal_step_ms:.2f} ms a step) and would run {p.projected_speedup[n]:.2f}x as fast "
+                        f"with {n}; {ceiling}.")
+    return rests + verdict_text + " " + CHECKED + left_out
+
+
+def _precision_advice(rows: list[RunRow], support: dict[str, PrecisionSupport]) -> str:
+    used = sorted({row.precision for row in rows})
+    per_replica_batch = rows[0].global_batch_size // rows[0].replicas
+    # bfloat16 first: it needs no loss scaling, so it works under every strategy.
+    faster = sorted((p for p in MIXED_PRECISIONS if p in support and support[p].can_be_faster),
+                    key=lambda p: p != "mixed_bfloat16")
+    text = ""
+    slow_used = [name for name in used if name != "float32" and name not in faster and name in support]
+    if slow_used:
+        text = (f"These runs used {', '.join(slow_used)}, which no unit here computes faster than float32: "
+                "switch back to float32, it only costs here. ")
+    if faster:
+        choice = faster[0]
+        return text + (
+            f"{choice} can pay off here ({support[choice].reason}) once matrix multiplies dominate a step: a "
+            f"per-replica batch well above {per_replica_batch}, or wider layers. At small batches a step is mostly "
+            "per-op overhead and the casts cost about what they save. Measure it side by side: "
+            f"`dvc exp run -S train.precision={choice} -S train.batch_size=256`, then `dvc exp show`."
+            + ("" if choice != "mixed_float16" else
+               " mixed_float16 needs loss scaling, which central_storage and parameter_server do not support.")
+        )
+    if not support:
+        return text + "The train report does not say what this machine's hardware supports; rerun the train stages."
+    reasons = "; ".join(support[name].reason for name in MIXED_PRECISIONS if name in support)
+    return text + (f"Mixed precision would not pay off on this machine: {reasons}. It pays on GPUs with tensor cores "
+                   "(float16 from compute capability 7.0, bfloat16 from 8.0), on TPUs, and on CPUs with AVX512-BF16 "
+                   "or AMX.")

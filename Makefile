@@ -95,26 +95,26 @@ lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reins
 	$(UV) sync --frozen $(EXTRAS:%=--extra %) --inexact --compile-bytecode
 
 ui: install ## Open the MLflow UI on params.yaml's store at http://127.0.0.1:$(PORT) (make ui PORT=5001)
-	python -m stages.ui --port $(PORT)
+	tfdist ui --port $(PORT)
 
 server: install ## A team's MLflow server on PostgreSQL (make postgres first), artifacts proxied (ARGS="--artifacts-destination s3://tfdist/mlflow")
-	python -m stages.server --port $(PORT) $(ARGS)
+	tfdist server --port $(PORT) $(ARGS)
 
 S3_PORT ?= 8333
 s3: install ## A local S3 store (SeaweedFS) on 127.0.0.1:$(S3_PORT) for the DVC remote and MLflow artifacts (needs AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
-	python -m stages.s3 --port $(S3_PORT)
+	tfdist s3 --port $(S3_PORT)
 
 push: install ## dvc push to the team's S3 remote, checked first (one line if the endpoint, keys or bucket are wrong)
-	python -m stages.remote push $(ARGS)
+	tfdist push $(ARGS)
 
 pull: install ## dvc pull from the team's S3 remote: a fresh clone's dvc repro is then a no-op
-	python -m stages.remote pull $(ARGS)
+	tfdist pull $(ARGS)
 
 experiments: install ## List experiments: the params that decide a result and the headline metrics (dvc exp show, trimmed)
-	python -m stages.experiments
+	tfdist experiments
 
 plots: install ## Render every run's curves, confusion matrices and compare figures (dvc plots show; ARGS="diff main")
-	python -m stages.plots $(ARGS)
+	tfdist plots $(ARGS)
 
 clean: ## Remove pipeline outputs and the MLflow store (keeps .venv)
 	rm -rf data/prepared models reports/train reports/eval reports/compare reports/data.json mlruns dvc.lock

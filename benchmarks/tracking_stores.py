@@ -50,7 +50,7 @@ def server(store: str, artifacts: Path) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "stages.server", "--backend-store-uri", store, "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", store, "--port", str(port),
                                 "--artifacts-destination", str(artifacts)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -1,8 +1,11 @@
-"""DVC stage entry points: thin click commands over the tfdist library.
+"""DVC stage entry points, exactly the commands dvc.yaml runs: thin click commands over the tfdist library.
 
-Importing this package is the first thing every stage process does (``python
-stages/train.py`` imports ``stages._cli`` before any tfdist module; ``python -m
-stages.train`` imports the package itself), so this is where TensorFlow's native
+Their contract (``--params``, ``--set``, exit codes) is :mod:`tfdist_cli.contract`; the tools for people
+are the ``tfdist`` command (:mod:`tfdist_cli.main`).
+
+Importing this package is the first thing every stage process does (each
+script's first import; ``python -m stages.train`` imports the package itself),
+so this is where TensorFlow's native
 start-up chatter is filtered out of stderr, before TensorFlow loads
 (:mod:`tfdist.native_logs`; ``TFDIST_TF_LOGS=1`` shows it). Only in a process
 that runs a stage script: a test or notebook that imports a stage keeps its stderr.

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, run_stage, stage_errors
+import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
 from tfdist import atomic
 from tfdist.config import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
 from tfdist.reports import write_report
+from tfdist_cli.contract import config_options, run_stage, stage_errors
 
 
 @click.command()

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, run_stage, stage_errors
+import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
 from tfdist import atomic
 from tfdist.config import load_config
 from tfdist.data.stage import preprocess
+from tfdist_cli.contract import config_options, run_stage, stage_errors
 
 
 @click.command()

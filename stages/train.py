@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from stages._cli import config_options, run_stage, stage_errors
+import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
 from tfdist.config import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.reports import RunPaths, write_history, write_report
 from tfdist.train.stage import train
+from tfdist_cli.contract import config_options, run_stage, stage_errors
 
 
 @click.command()

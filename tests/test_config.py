@@ -61,7 +61,7 @@ def test_every_knob_has_a_role_and_the_backup_key_ignores_the_operational_ones(t
 
 
 def test_make_experiments_hides_exactly_the_knobs_that_decide_no_result():
-    from stages.experiments import hidden_columns
+    from tfdist_cli.experiments import hidden_columns
 
     hidden = hidden_columns()
     for knob, role in knob_roles().items():

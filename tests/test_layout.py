@@ -24,6 +24,7 @@ FLOORS = {
     "tfdist.distribute": 2,
     "tfdist.cluster": 3, "tfdist.tracking": 3,
     "tfdist.train": 4, "tfdist.evaluate": 4, "tfdist.compare": 4,
+    "tfdist_cli": 5,  # the command line: click, over the whole library
 }
 
 
@@ -33,9 +34,9 @@ def module_name(path: Path) -> str:
 
 
 def room(module: str) -> str:
-    """``tfdist.train.fit`` -> ``tfdist.train``; a top-level module is its own room."""
+    """``tfdist.train.fit`` -> ``tfdist.train``; a top-level module is its own room; the command line is one room."""
     parts = module.split(".")
-    return ".".join(parts[:2])
+    return parts[0] if parts[0] != "tfdist" else ".".join(parts[:2])
 
 
 def imports() -> dict[str, set[str]]:
@@ -86,7 +87,7 @@ def test_config_and_the_registry_are_leaves():
 def test_every_subpackage_is_packaged():
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     folders = {module_name(path) for path in SRC.rglob("__init__.py")}
-    assert set(packages) - {"stages"} == folders, "pyproject.toml's packages must list every folder of src/tfdist"
+    assert set(packages) - {"stages"} == folders, "pyproject.toml's packages must list every folder of src/"
 
 
 #: The modules that may import MLflow, and why each: ``import mlflow`` costs seconds, so every other module (and so
@@ -114,3 +115,10 @@ def test_only_the_named_tracking_modules_import_mlflow():
 def test_the_top_level_holds_at_most_twelve_modules():
     top = sorted(path.stem for path in (SRC / "tfdist").glob("*.py") if path.stem != "__init__")
     assert len(top) <= 12, f"{len(top)} top-level modules in src/tfdist (give them a room): {top}"
+
+
+def test_the_library_never_imports_click_nor_the_command_line():
+    """Commands (stages/, tfdist_cli/) parse arguments; the library takes values, so tests and notebooks call it plainly."""
+    offenders = sorted(module_name(path) for path in (SRC / "tfdist").rglob("*.py")
+                       if {name.split(".")[0] for name in imported_names(path)} & {"click", "tfdist_cli", "stages"})
+    assert not offenders, offenders

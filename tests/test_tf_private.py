@@ -67,7 +67,7 @@ def test_a_kept_alive_input_is_still_the_distributed_dataset_fit_expects_and_kee
     dataset = tf.data.Dataset.from_tensor_slices((tf.ones((8, 3)), tf.zeros((8,)))).batch(4).repeat()
     assert inputs_kept_alive(strategy, dataset, coordinated=False) is dataset, \
         "kept only in a process that ends without teardown (here, the iterators would be destroyed at exit anyway)"
-    monkeypatch.setattr(native_logs, "_without_teardown", [True])  # as stages._cli.run_stage declares it
+    monkeypatch.setattr(native_logs, "_without_teardown", [True])  # as tfdist_cli.contract.run_stage declares it
     kept = inputs_kept_alive(strategy, dataset, coordinated=False)
     assert isinstance(kept, type(strategy.experimental_distribute_dataset(dataset)))
     before = len(_kept_inputs)

@@ -128,7 +128,7 @@ _without_teardown: list[bool] = []
 def end_without_teardown() -> None:
     """Declare that this process will end through :func:`exit_now`, without the interpreter's teardown.
 
-    ``stages._cli.run_stage`` declares it for every pipeline stage. What is
+    ``tfdist_cli.contract.run_stage`` declares it for every pipeline stage. What is
     costly to destroy may then be kept until the end
     (:func:`tfdist.tf_private.inputs_kept_alive`).
     """

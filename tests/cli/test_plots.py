@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from stages import plots
+from tfdist_cli import plots
 
 from helpers.project import REPO
 
@@ -31,7 +31,7 @@ def test_a_missing_page_is_one_line_saying_how_to_build_it(tmp_path, monkeypatch
     (tmp_path / ".dvc").mkdir()
     (tmp_path / ".dvc" / "config").write_text("[plots]\n    html_template = ../vega/offline.html\n")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(plots.main, [])
+    result = CliRunner().invoke(plots.plots, [])
     assert result.exit_code == 2
     (line,) = result.output.splitlines()
     assert line == (f"error: {tmp_path / 'vega' / 'offline.html'} (the offline page dvc plots draws on) is missing: "

@@ -1,7 +1,6 @@
 """Each stage through click's CliRunner: outputs written, exit codes per the contract."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ import mlflow
 import pytest
 from click.testing import CliRunner
 
-from stages import compare, evaluate, preprocess, train, ui
+from stages import compare, evaluate, preprocess, train
 
 from helpers.devices import SPLIT_REPLICAS
 from helpers.project import tiny_params
@@ -160,30 +159,12 @@ def history_row(name):
     return ",".join(Path(f"reports/train/history/{name}.csv").read_text().splitlines()[1].split(",")[1:5])
 
 
-def test_ui_needs_a_store_and_a_free_port(workdir):
-    result = invoke(ui)
-    assert result.exit_code == 2
-    assert "mlflow.tracking_uri sqlite:///" in result.output and "no store there yet; run the pipeline first" in result.output
-
-    from tfdist.config import load_config
-    from tfdist.tracking import experiment
-
-    experiment.configure(load_config(workdir / "params.yaml").mlflow)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = invoke(ui, "--port", port)
-    assert result.exit_code == 2 and f"cannot serve on 127.0.0.1:{port}" in result.output
-    assert "pass another --port" in result.output
-
-
 def test_a_stage_process_ends_with_its_exit_code_after_its_exit_handlers_without_teardown(tmp_path):
     """run_stage: atexit handlers registered by the stage run, then the process ends with the command's code."""
     script = tmp_path / "stage.py"
     script.write_text(
         "import atexit, sys, click\n"
-        "from stages._cli import run_stage\n"
+        "from tfdist_cli.contract import run_stage\n"
         "@click.command()\n@click.option('--code', type=int)\n"
         "def main(code):\n"
         "    atexit.register(lambda: print('handler ran', flush=True))\n"
@@ -208,7 +189,7 @@ def test_sigterm_while_a_stage_logs_still_stops_it(tmp_path):
     script = tmp_path / "stage.py"
     script.write_text(
         "import logging, os, signal, time, click\n"
-        "from stages._cli import stage_errors\n"
+        "from tfdist_cli.contract import stage_errors\n"
         "class Terminating:\n"  # a stream whose first write is where SIGTERM lands
         "    sent = False\n"
         "    def write(self, text):\n"

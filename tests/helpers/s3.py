@@ -1,4 +1,4 @@
-"""A real S3 store for a test: ``python -m stages.s3`` (``make s3``, SeaweedFS) on a free loopback port, stopped after."""
+"""A real S3 store for a test: ``tfdist s3`` (SeaweedFS) on a free loopback port, stopped after."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class S3Store:
         port = int(self.endpoint.rsplit(":", 1)[1])
         env = {**os.environ, **self.env}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "stages.s3", "--port", str(port), "--dir", str(self.folder), "--bucket", self.bucket],
+            [sys.executable, "-m", "tfdist_cli", "s3", "--port", str(port), "--dir", str(self.folder), "--bucket", self.bucket],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
         lines = []

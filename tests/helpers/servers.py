@@ -34,7 +34,7 @@ def free_ports(count: int = 1) -> list[int]:
 @contextlib.contextmanager
 def serving(command: list[str], cwd: Path, url: str, env: dict[str, str] | None = None,
             timeout: float = 90) -> Iterator[subprocess.Popen]:
-    """Run an MLflow server ``command`` (``make ui``, ``make server``) until its ``/health`` says OK; stop it after.
+    """Run an MLflow server ``command`` (``tfdist ui``, ``tfdist server``) until its ``/health`` says OK; stop it after.
 
     Its output (stdout and stderr) goes to a file, ``process.output()`` reads
     it (a pipe nobody reads would stop a server that logs a traceback per failed

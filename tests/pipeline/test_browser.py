@@ -53,10 +53,10 @@ class UI:
 
 @pytest.fixture(scope="module")
 def ui(project):
-    """``python -m stages.ui`` (what ``make ui`` runs) serving the project's store on a free port."""
+    """``tfdist ui`` serving the project's store on a free port."""
     (port,) = free_ports()
     url = f"http://127.0.0.1:{port}"
-    with serving([sys.executable, "-m", "stages.ui", "--port", str(port)], project, url) as server:
+    with serving([sys.executable, "-m", "tfdist_cli", "ui", "--port", str(port)], project, url) as server:
         printed = server.output().splitlines(keepends=True)[:2]  # printed before mlflow started
         yield UI(url, server, printed[1].strip())
 

@@ -25,7 +25,7 @@ from tfdist.config import STAGES, knob_roles, stage_params
 from helpers.imports import imported_names
 from helpers.project import REPO
 
-PACKAGES = ("tfdist", "stages")
+PACKAGES = ("tfdist", "tfdist_cli", "stages")
 
 
 def module_file(name: str) -> Path | None:
@@ -33,7 +33,7 @@ def module_file(name: str) -> Path | None:
     parts = name.split(".")
     if parts[0] not in PACKAGES:
         return None
-    base = REPO / ("src" if parts[0] == "tfdist" else "") / Path(*parts)
+    base = REPO / ("" if parts[0] == "stages" else "src") / Path(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate

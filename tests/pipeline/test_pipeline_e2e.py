@@ -111,22 +111,22 @@ def test_a_teammate_pulls_what_was_pushed_to_the_s3_remote_and_repro_is_a_no_op(
         run_in_project([*git, "add", "-A"], first)
         run_in_project([*git, "commit", "-q", "-m", "the default pipeline's results"], first)
         run_in_project(["dvc", "remote", "modify", "--local", "team", "endpointurl", s3.endpoint], first)
-        pushed = run_in_project([sys.executable, "-m", "stages.remote", "push"], first)
+        pushed = run_in_project([sys.executable, "-m", "tfdist_cli", "push"], first)
         assert "pushed" in pushed and any(key.startswith("dvc/files/md5/") for key in s3.keys("dvc/")), pushed
 
         second = tmp_path / "second"
         run_in_project(["git", "clone", "-q", str(first), str(second)], tmp_path)
         run_in_project(["dvc", "remote", "modify", "--local", "team", "endpointurl", s3.endpoint], second)
-        run_in_project([sys.executable, "-m", "stages.remote", "pull"], second)
+        run_in_project([sys.executable, "-m", "tfdist_cli", "pull"], second)
         assert (second / "models" / "normal" / "MLmodel").is_file() and (second / "data" / "prepared").is_dir()
         repro = run_in_project(["dvc", "repro"], second)
         assert "Running stage" not in repro and "Data and pipelines are up to date" in repro, repro
-        assert run_in_project([sys.executable, "-m", "stages.remote", "status"], second).strip().endswith(
+        assert run_in_project([sys.executable, "-m", "tfdist_cli", "status"], second).strip().endswith(
             "Cache and remote 'team' are in sync.")
     diff = run_in_project(["dvc", "metrics", "diff", "HEAD", "--all"], second)
     assert "test_accuracy" in diff, diff
     shutil.copy2(REPO / "vega" / "offline.html", second / "vega")  # what make install builds in a fresh clone
-    run_in_project([sys.executable, "-m", "stages.plots", "diff", "HEAD", "-o", "plots"], second)
+    run_in_project([sys.executable, "-m", "tfdist_cli", "plots", "diff", "HEAD", "-o", "plots"], second)
     assert "Validation accuracy per epoch" in (second / "plots" / "index.html").read_text()
 
 
@@ -151,7 +151,7 @@ def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):
         "samples_per_second", "speedup", "test_accuracy", "seconds_to_target", "time_to_accuracy_speedup"}
     assert data["params"]["params.yaml"]["data"]["train"]["epochs"] == 3
 
-    header = run_in_project([sys.executable, "-m", "stages.experiments", "--csv"], project).splitlines()[0].split(",")
+    header = run_in_project([sys.executable, "-m", "tfdist_cli", "experiments", "--csv"], project).splitlines()[0].split(",")
     assert {"train.epochs", "train.precision", "runtime.intra_op_threads", "normal.test_accuracy"} <= set(header)
     hidden = [column for column in header if column.startswith("mlflow.") or "/" in column]
     assert not hidden and "distributed.max_restarts" not in header, "make experiments hides what decides no result"

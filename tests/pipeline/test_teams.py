@@ -140,10 +140,10 @@ def test_the_pipeline_records_into_postgresql_directly(tmp_path, database):
 
 @pytest.fixture
 def server(tmp_path, database) -> Iterator[tuple[str, Path]]:
-    """``python -m stages.server`` (``make server``) on the database, artifacts proxied to a folder: URL, folder."""
+    """``tfdist server`` on the database, artifacts proxied to a folder: URL, folder."""
     (port,), artifacts = free_ports(), tmp_path / "server-artifacts"
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
+    command = [sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", database, "--port", str(port),
                "--artifacts-destination", str(artifacts), "--workers", "2"]
     with serving(command, tmp_path, url) as process:
         argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode().split("\0")
@@ -175,7 +175,7 @@ def test_basic_auth_turns_away_anonymous_clients_and_serves_the_same_ui(tmp_path
         f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{tmp_path}/auth.db\nadmin_username = admin\n"
         "admin_password = a-long-test-password-7\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "stages.server", "--backend-store-uri", database, "--port", str(port),
+    command = [sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", database, "--port", str(port),
                "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1", "--auth"]
     # A request waits for the one worker to check a password hash, slow CPU work: on a machine loaded
     # by the other half of the suite one took over 10 s, so each gets a loaded machine's room.
@@ -195,7 +195,7 @@ def test_basic_auth_turns_away_anonymous_clients_and_serves_the_same_ui(tmp_path
 
 def test_the_server_refuses_auth_without_its_secrets_and_names_them(tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
-    result = subprocess.run([sys.executable, "-m", "stages.server", "--auth", "--backend-store-uri",
+    result = subprocess.run([sys.executable, "-m", "tfdist_cli", "server", "--auth", "--backend-store-uri",
                              f"sqlite:///{tmp_path}/store.db"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2

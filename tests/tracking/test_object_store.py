@@ -1,4 +1,4 @@
-"""The team's object store checked in seconds: a real S3 store (SeaweedFS, ``make s3``) and every way to get it wrong.
+"""The team's object store checked in seconds: a real S3 store (SeaweedFS, ``tfdist s3``) and every way to get it wrong.
 
 Each wrong input is one line naming the URL, never the keys, exit 2, before
 any server starts or DVC moves a byte.
@@ -43,7 +43,7 @@ def test_the_store_serves_its_bucket_to_its_keys(s3):
 
 
 def test_the_store_stopped_and_started_again_serves_what_it_held(s3):
-    """``make s3`` stopped (SIGTERM, killed after a few seconds) and started on the same folder: nothing is lost."""
+    """``tfdist s3`` stopped (SIGTERM, killed after a few seconds) and started on the same folder: nothing is lost."""
     s3.client().put_object(Bucket=s3.bucket, Key="probe/kept", Body=b"kept" * 4096)
     s3.stop()
     s3.start()
@@ -51,7 +51,7 @@ def test_the_store_stopped_and_started_again_serves_what_it_held(s3):
 
 
 @pytest.mark.parametrize(("case", "keys", "bucket", "endpoint", "says"), [
-    ("no store there", (ACCESS_KEY, SECRET_KEY), "tfdist", "dead", "no S3 store answers there; start it (make s3)"),
+    ("no store there", (ACCESS_KEY, SECRET_KEY), "tfdist", "dead", "no S3 store answers there; start it (tfdist s3)"),
     ("a wrong secret", (ACCESS_KEY, "not-the-secret"), "tfdist", "live", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
     ("an unknown key", ("nobody", SECRET_KEY), "tfdist", "live", "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
     ("no such bucket", (ACCESS_KEY, SECRET_KEY), "missing-bucket", "live", "there is no bucket 'missing-bucket'"),
@@ -59,7 +59,7 @@ def test_the_store_stopped_and_started_again_serves_what_it_held(s3):
 def test_a_wrong_server_artifact_store_is_one_line_naming_it_in_seconds(s3, tmp_path, case, keys, bucket, endpoint, says):
     (port,) = free_ports()
     url = s3.endpoint if endpoint == "live" else f"http://127.0.0.1:{free_ports()[0]}"
-    result, seconds = run([sys.executable, "-m", "stages.server", "--backend-store-uri", f"sqlite:///{tmp_path}/s.db",
+    result, seconds = run([sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", f"sqlite:///{tmp_path}/s.db",
                            "--port", str(port), "--artifacts-destination", f"s3://{bucket}/mlflow",
                            "--s3-endpoint-url", url], tmp_path,
                           {"AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1]})
@@ -78,7 +78,7 @@ def test_a_dvc_remote_with_the_wrong_keys_stops_before_dvc_naming_the_remote(s3,
         f"[core]\n    remote = team\n['remote \"team\"']\n    url = s3://{s3.bucket}/dvc\n    endpointurl = {s3.endpoint}\n")
     (tmp_path / ".dvc" / "config.local").write_text(
         f"['remote \"team\"']\n    access_key_id = {ACCESS_KEY}\n    secret_access_key = wrong-local-secret\n")
-    result, seconds = run([sys.executable, "-m", "stages.remote", "push"], tmp_path, {})
+    result, seconds = run([sys.executable, "-m", "tfdist_cli", "push"], tmp_path, {})
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: DVC remote team s3://{s3.bucket}/dvc at {s3.endpoint}: "), line
@@ -86,7 +86,7 @@ def test_a_dvc_remote_with_the_wrong_keys_stops_before_dvc_naming_the_remote(s3,
     assert "wrong-local-secret" not in result.stderr and seconds < CHECK_BOUND
     (tmp_path / ".dvc" / "config.local").write_text(
         f"['remote \"team\"']\n    access_key_id = {ACCESS_KEY}\n    secret_access_key = {SECRET_KEY}\n")
-    result, _ = run([sys.executable, "-m", "stages.remote", "status"], tmp_path, {})
+    result, _ = run([sys.executable, "-m", "tfdist_cli", "status"], tmp_path, {})
     assert result.returncode == 0, result.stderr  # the keys of DVC's local config reach the check and DVC alike
 
 

@@ -32,7 +32,7 @@ STAGE_TIMEOUT = 600
 
 def server_command(port: int, root: Path, *artifacts: str) -> list[str]:
     """``make server`` on a sqlite database under ``root`` (artifacts: a folder there, or the options given)."""
-    return [sys.executable, "-m", "stages.server", "--backend-store-uri", f"sqlite:///{root}/server.db",
+    return [sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", f"sqlite:///{root}/server.db",
             "--port", str(port), "--workers", "1",
             *(artifacts or ("--artifacts-destination", str(root / "server-artifacts")))]
 

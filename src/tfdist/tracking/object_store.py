@@ -95,12 +95,12 @@ def check_bucket(location: S3Location, what: str, access_key: str | None = None,
         code = str(err.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchBucket", "404", "NotFound"):
             raise InputError(f"{what} {location.where}: there is no bucket {location.bucket!r}; create it "
-                             f"(make s3 creates it on the local store) or fix the URL") from None
+                             f"(tfdist s3 creates it on the local store) or fix the URL") from None
         if code in _CREDENTIAL_ERRORS:
             raise InputError(f"{what} {location.where}: {_CREDENTIAL_ERRORS[code]}; {_FIX_CREDENTIALS}") from None
         raise InputError(f"{what} {location.where}: the store answers {code or err}") from None
     except EndpointConnectionError:
-        raise InputError(f"{what} {location.where}: no S3 store answers there; start it (make s3) or fix the "
+        raise InputError(f"{what} {location.where}: no S3 store answers there; start it (tfdist s3) or fix the "
                          "endpoint") from None
     except BotoCoreError as err:
         raise InputError(f"{what} {location.where}: the store cannot be used ({type(err).__name__}); check the "

@@ -1,7 +1,7 @@
 """Where runs are kept: a tracking store's URI, checked in seconds, before MLflow is imported.
 
 ``import mlflow`` costs seconds (docs/performance.md, "Start-up"); a command
-that only needs to know whether a store answers (``make ui``, ``make server``,
+that only needs to know whether a store answers (``tfdist ui``, ``tfdist server``,
 a stage's first check) asks here, and a wrong URI fails at once, naming it
 with its password hidden.
 """
@@ -97,5 +97,5 @@ def _probe_server(uri: str, shown: str, timeout: float = 5.0) -> None:
         reason = getattr(err, "reason", err)
         raise InputError(
             f"mlflow.tracking_uri {shown}: no MLflow server answers ({reason}); start one "
-            "(python -m stages.server) or fix the URI"
+            "(tfdist server) or fix the URI"
         ) from None

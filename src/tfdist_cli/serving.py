@@ -1,0 +1,42 @@
+"""What ``tfdist ui`` and ``tfdist server`` share: a free address, then MLflow's server with tfdist's UI plugin.
+
+Both exec ``mlflow server --app-name tfdist`` (:mod:`tfdist.tracking.server_app`: the
+UI opens experiments on their training runs), after checking, in one line
+each, what would otherwise fail inside MLflow with a traceback.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Sequence
+
+import click
+
+from tfdist import native_logs
+from tfdist.errors import InputError
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def check_free(host: str, port: int) -> None:
+    """Raise InputError naming ``host:port`` when nothing can listen there.
+
+    Binds as the servers do, with SO_REUSEADDR: a server restarted on its port
+    leaves connections in TIME_WAIT there, which do not stop it listening.
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise InputError(f"cannot serve on {host}:{port} ({err.strerror}); pass another --port") from None
+
+
+def exec_mlflow_server(options: Sequence[str], host: str, port: int, app: str, url: str, extra: Sequence[str] = ()) -> None:
+    """Print ``url`` and replace this process by ``mlflow server`` (Ctrl-C stops it). Never returns."""
+    click.echo(f"{url}\n(Ctrl-C stops it)", err=True)
+    sys.stderr.flush()
+    command = [sys.executable, "-m", "mlflow", "server", *options, "--host", host, "--port", str(port),
+               "--app-name", app, *extra]
+    native_logs.exec_program(sys.executable, command)

@@ -1,0 +1,71 @@
+"""The ``tfdist`` command: one group, a subcommand per operator tool, each with --help and the stage contract's exit codes."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from tfdist_cli.main import cli
+
+from helpers.project import REPO, tiny_params
+
+SUBCOMMANDS = ("ui", "server", "s3", "push", "pull", "status", "experiments", "plots")
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path)
+    return tmp_path
+
+
+def test_the_group_lists_every_subcommand_and_each_has_help():
+    listing = invoke("--help")
+    assert listing.exit_code == 0, listing.output
+    for name in SUBCOMMANDS:
+        assert f"  {name} " in listing.output, f"tfdist --help does not list {name}"
+        help_text = invoke(name, "--help")
+        assert help_text.exit_code == 0 and "Usage: cli " + name in help_text.output.replace("tfdist", "cli"), help_text.output
+        assert len(help_text.output.splitlines()) > 3, f"tfdist {name} --help explains nothing"
+
+
+def test_the_console_script_runs_the_group():
+    """``tfdist`` (pyproject's console script) and ``python -m tfdist_cli`` are the same command."""
+    script = REPO / ".venv" / "bin" / "tfdist"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tfdist_cli"]
+    result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "experiments" in result.stdout, result.stderr
+    bad = subprocess.run([*command, "nonsense"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "No such command 'nonsense'" in bad.stderr
+
+
+def test_the_stages_folder_holds_only_what_dvc_runs():
+    import yaml
+
+    run = {word.split("/")[1] for stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values()
+           for word in stage["cmd"].split() if word.startswith("stages/")}
+    assert {p.name for p in (REPO / "stages").glob("*.py")} - {"__init__.py"} == run
+
+
+def test_ui_needs_a_store_and_a_free_port(workdir):
+    result = invoke("ui")
+    assert result.exit_code == 2
+    assert "mlflow.tracking_uri sqlite:///" in result.output and "no store there yet; run the pipeline first" in result.output
+
+    from tfdist.config import load_config
+    from tfdist.tracking import experiment
+
+    experiment.configure(load_config(workdir / "params.yaml").mlflow)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = invoke("ui", "--port", port)
+    assert result.exit_code == 2 and f"cannot serve on 127.0.0.1:{port}" in result.output
+    assert "pass another --port" in result.output

@@ -37,7 +37,8 @@ def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
     for size in SIZES:
-        seconds = time_all_reduce(strategy, size, steps, repeats)  # the train stage's calibration, with more repeats
+        # the train stage's calibration, with more repeats
+        seconds = time_all_reduce(strategy, elements=size, steps=steps, repeats=repeats)
         if index == 0:
             print(json.dumps({"bytes": 4 * size, "seconds": seconds}), flush=True)
 

@@ -32,7 +32,8 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
     with stage_errors():
         config = load_config(params_path, overrides)
         chosen = [check_run_name(name) for name in names or config.run_names]
-        results = evaluate(config, list(dict.fromkeys(chosen)), data_dir, models_dir, train_reports)
+        results = evaluate(config, list(dict.fromkeys(chosen)), prepared_dir=data_dir, models_dir=models_dir,
+                           train_reports=train_reports)
         for result in results:  # written once every model is evaluated: a failure leaves none half-done
             rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))
             atomic.write_text(reports_dir / "confusion" / f"{result.report.name}.csv", "actual,predicted\n" + rows)

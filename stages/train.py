@@ -46,7 +46,8 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
             "--strategy", strategy, "--name", name, "--data", str(data_dir),
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
         ]
-        outputs = train(config, strategy, name, RunPaths(data_dir, models_dir / name, backups_dir), launch)
+        outputs = train(config, strategy_name=strategy, name=name, paths=RunPaths(data_dir, models_dir / name, backups_dir),
+                        launch=launch)
         if outputs is None:
             return  # another process of the cluster writes the outputs
         write_history(reports_dir / "history" / f"{name}.csv", outputs.history)

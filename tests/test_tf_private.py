@@ -3,12 +3,21 @@
 If a TensorFlow or tf_keras upgrade moves or changes one, this fails first, naming it.
 """
 
+import contextlib
 import subprocess
 import sys
 
 from tfdist import native_logs
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import _kept_inputs, create_optimizer_slots, inputs_kept_alive, tracing_count, untracked
+from tfdist.tf_private import (
+    _kept_inputs,
+    create_optimizer_slots,
+    inputs_kept_alive,
+    runs_steps_in_one_function,
+    tracing_count,
+    train_function_reading_metrics_last,
+    untracked,
+)
 
 
 def test_untracked_attributes_are_neither_weights_nor_dependencies():
@@ -77,3 +86,41 @@ def test_a_kept_alive_input_is_still_the_distributed_dataset_fit_expects_and_kee
     assert len(history.history["loss"]) == 2
     assert len(_kept_inputs) == before + 1, "fit iterates the endless input once, and that iterator is kept"
     assert _kept_inputs[-1] is not None
+
+
+def test_steps_in_one_function_are_told_from_one_step_a_call():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=5)
+    assert runs_steps_in_one_function(model)
+    model.compile("sgd", "mse", steps_per_execution=1)
+    assert not runs_steps_in_one_function(model)
+
+
+def test_the_multi_step_function_reads_metrics_on_the_last_step_only_and_counts_every_step():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", metrics=["mae"], steps_per_execution=4)
+    traced = []
+
+    @contextlib.contextmanager
+    def reading(read):
+        traced.append(read)  # entered while the function is traced, once per kind of step
+        yield
+
+    function = train_function_reading_metrics_last(model, reading)
+    dataset = tf.data.Dataset.from_tensor_slices((tf.ones((16, 3)), tf.zeros((16, 1)))).batch(2).repeat()
+    logs = function(iter(dataset))
+    # each trace (tf.function may trace twice, the first creating variables) has the steps before the last
+    # unread, then the last read
+    assert traced and traced[0::2] == [False] * (len(traced) // 2) and traced[1::2] == [True] * (len(traced) // 2)
+    assert {"loss", "mae"} <= set(logs) and float(logs["loss"]) >= 0
+    assert int(model._train_counter.numpy()) == 4, "each of the execution's steps counted"
+
+
+def test_the_coordination_service_is_configured_with_our_heartbeat_before_the_strategy():
+    code = ("from tfdist.tf_private import configure_collective_coordination, _eager_context\n"
+            "configure_collective_coordination({'worker': ['localhost:1', 'localhost:2']}, 7.5)\n"
+            "config = _eager_context.context()._coordination_service_config\n"
+            "print(config.heartbeat_timeout_in_ms, config.service_leader, [j.num_tasks for j in config.coordinated_job_list])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "7500 /job:worker/replica:0/task:0 [2]"

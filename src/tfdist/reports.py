@@ -265,7 +265,7 @@ def read_history(path: Path) -> list[dict[str, float]]:
         raise InputError(f"{path} not found; run the train stage (dvc repro)") from None
 
 
-def run_label(name: str, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
+def run_label(name: str, *, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
               clip: str = "none", distributes: bool = True) -> str:
     """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
 

@@ -52,8 +52,8 @@ def _on_the_remote(command: str, remote: str | None, dvc_args: tuple[str, ...]) 
         if dvc is None:
             raise InputError("dvc is not on PATH; make install (or pip install -e '.[s3]') installs it")
         name, location, section = remote_location(remote)
-        object_store.check_bucket(location, f"DVC remote {name}", section.get("access_key_id"),
-                             section.get("secret_access_key"))
+        object_store.check_bucket(location, f"DVC remote {name}", access_key=section.get("access_key_id"),
+                                  secret_key=section.get("secret_access_key"))
         native_logs.exec_program(dvc, ["dvc", *COMMANDS[command], "-r", name, *dvc_args])
 
 

@@ -103,7 +103,7 @@ def write_identity(folder: Path, access_key: str, secret_key: str) -> Path:
 def wait_until_serving(process: subprocess.Popen, location: object_store.S3Location, access_key: str, secret_key: str,
                        log_file: Path, timeout: float = START_TIMEOUT) -> None:
     """Create the bucket once S3 answers; RunError with SeaweedFS's last lines if it dies or is not up in ``timeout``."""
-    s3 = object_store.client(location, access_key, secret_key, timeout=2.0)
+    s3 = object_store.client(location, access_key=access_key, secret_key=secret_key, timeout=2.0)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:

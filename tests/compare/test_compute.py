@@ -74,13 +74,14 @@ def test_speedup_compares_steady_state_so_warm_up_is_shown_apart():
 
 
 def test_run_labels_say_what_differs():
-    assert run_label("mirrored", "mirrored", 2, 1, 0, "fit", "float32") == "mirrored ×2 · fit · float32"
-    assert run_label("normal", "default", 1, 1, 0, "custom", "mixed_bfloat16", distributes=False) == (
-        "normal · custom · mixed_bfloat16")
-    assert run_label("parameter_server", "parameter_server", 1, 2, 1, "fit", "float32", "global_norm") == (
-        "parameter_server 2w+1ps · fit · float32 · clip global_norm")
-    assert run_label("big", "mirrored", 4, 1, 0, "fit", "float32") == "big (mirrored ×4) · fit · float32"
-    assert run_label("try", "default", 1, 1, 0, "fit", "float32", distributes=False) == "try · fit · float32"
+    one = {"replicas": 1, "workers": 1, "ps": 0, "loop": "fit", "precision": "float32"}
+    assert run_label("mirrored", strategy="mirrored", **{**one, "replicas": 2}) == "mirrored ×2 · fit · float32"
+    assert run_label("normal", strategy="default", **{**one, "loop": "custom", "precision": "mixed_bfloat16"},
+                     distributes=False) == "normal · custom · mixed_bfloat16"
+    assert run_label("parameter_server", strategy="parameter_server", **{**one, "workers": 2, "ps": 1},
+                     clip="global_norm") == "parameter_server 2w+1ps · fit · float32 · clip global_norm"
+    assert run_label("big", strategy="mirrored", **{**one, "replicas": 4}) == "big (mirrored ×4) · fit · float32"
+    assert run_label("try", strategy="default", **one, distributes=False) == "try · fit · float32"
 
 
 def calibrated_mwms(samples_per_second: float, latency: float = 1e-3, per_byte: float = 2e-9,

@@ -18,7 +18,7 @@ def default_labels() -> dict[str, str]:
     scale = {"normal": {"replicas": 1, "workers": 1, "ps": 0}, "mirrored": split, "central_storage": split,
              "multi_worker_mirrored": {"replicas": 2, "workers": 2, "ps": 0},
              "parameter_server": {"replicas": 1, "workers": 2, "ps": 1}}
-    return {name: run_label(name, "default" if name == "normal" else name, loop="fit", precision="float32",
+    return {name: run_label(name, strategy="default" if name == "normal" else name, loop="fit", precision="float32",
                             distributes=name != "normal", **counts) for name, counts in scale.items()}
 
 

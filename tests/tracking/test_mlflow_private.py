@@ -20,13 +20,15 @@ from helpers.servers import free_ports
 def test_the_system_metrics_monitor_of_a_run_is_found_and_stopped(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     mlflow.set_system_metrics_sampling_interval(1)
+    before = set(threading.enumerate())
     run = mlflow.start_run(log_system_metrics=True)
     try:
         assert run.info.run_id in fluent.run_id_to_system_metrics_monitor
-        assert "SystemMetricsMonitor" in {thread.name for thread in threading.enumerate()}
+        started = [thread for thread in set(threading.enumerate()) - before if thread.name == "SystemMetricsMonitor"]
+        assert started, "MLflow samples in a thread of its own"
         mlflow_private.finish_system_metrics(run.info.run_id)
         assert run.info.run_id not in fluent.run_id_to_system_metrics_monitor
-        assert "SystemMetricsMonitor" not in {thread.name for thread in threading.enumerate()}, "its thread joined"
+        assert not any(thread.is_alive() for thread in started), "its thread joined"
     finally:
         mlflow.end_run()
         mlflow.set_system_metrics_sampling_interval(None)

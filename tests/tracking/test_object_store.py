@@ -37,7 +37,7 @@ def run(command: list[str], cwd, env: dict[str, str]) -> tuple[subprocess.Comple
 
 def test_the_store_serves_its_bucket_to_its_keys(s3):
     location = object_store.parse_s3_url(f"s3://{s3.bucket}/dvc", s3.endpoint)
-    object_store.check_bucket(location, "the remote", ACCESS_KEY, SECRET_KEY)
+    object_store.check_bucket(location, "the remote", access_key=ACCESS_KEY, secret_key=SECRET_KEY)
     s3.client().put_object(Bucket=s3.bucket, Key="probe/one", Body=b"1")
     assert "probe/one" in s3.keys("probe/")
 
@@ -95,3 +95,32 @@ def test_a_remote_that_is_not_configured_or_not_s3_is_named():
         object_store.parse_s3_url("gs://bucket/x", None, "DVC remote team")
     with pytest.raises(InputError, match=r"endpoint '\*\*\*' is not an http"):
         object_store.parse_s3_url("s3://bucket/x", "***", "DVC remote team")
+
+
+def test_a_store_that_answers_500_is_asked_once_not_retried():
+    """One attempt means one request: botocore's ``max_attempts`` would have let it retry once (two requests)."""
+    import http.server
+    import threading
+
+    requests = []
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            requests.append(self.path)
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        location = object_store.parse_s3_url("s3://tfdist/dvc", f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(InputError):
+            object_store.check_bucket(location, "the remote", access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(requests) == 1, requests

@@ -33,8 +33,8 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     spec = get_spec(strategy_name)
     strategy, info = build_strategy(spec, config.distributed.devices)
     recorder = Recorder()
-    result = train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"),
-                         [recorder])
+    result = train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
+                         val=load_split(prepared_dir, "val"), callbacks=[recorder])
     test = load_split(prepared_dir, "test")
     accuracy = float(np.mean(result.model.predict(test.x, verbose=0).argmax(axis=1) == test.y))
     assert accuracy > 0.8, "two epochs on 3,600 real digits reach well above chance (0.1)"
@@ -57,7 +57,7 @@ def test_each_validation_reads_every_validation_digit_once_from_its_endless_inpu
     spec = get_spec("mirrored")
     strategy, info = build_strategy(spec, config.distributed.devices)
     val = load_split(prepared_dir, "val")
-    result = train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), val)
+    result = train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"), val=val)
     assert len(val) % result.global_batch_size == 16
     plan = FitPlan.of(config, spec, info, 3600, len(val))
     assert (plan.val_steps, plan.shards) == (7, 0)
@@ -82,7 +82,8 @@ def test_batch_larger_than_the_data_is_refused(tmp_path, prepared_dir):
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
     with pytest.raises(InputError, match="exceeds the 3600 training digits; lower train.batch_size"):
-        train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
+        train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
+                         val=load_split(prepared_dir, "val"))
 
 
 def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepared_dir):
@@ -92,8 +93,8 @@ def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepa
     recorder = Recorder()
     with pytest.raises(Diverged, match=r"training diverged: loss is (nan|inf) at epoch 1 \(step 112\); "
                                        r"lower train.learning_rate or clip gradients") as raised:
-        train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"),
-                    [recorder])
+        train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
+                    val=load_split(prepared_dir, "val"), callbacks=[recorder])
     assert (raised.value.epoch, raised.value.step, raised.value.exit_code) == (1, 112, 1)
     assert recorder.epochs == [], "callbacks after the guard (trackers, backups) never see a diverged epoch"
 
@@ -134,7 +135,8 @@ def test_scaled_rate_and_warmup_reach_the_optimizer_under_mirrored(tmp_path, pre
     config = load_config(tiny_params(tmp_path, train={"epochs": 2, "lr_scaling": "linear", "warmup_epochs": 0.5}))
     spec = get_spec("mirrored")
     strategy, info = build_strategy(spec, config.distributed.devices)
-    result = train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
+    result = train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
+                         val=load_split(prepared_dir, "val"))
     assert result.learning_rate == pytest.approx(0.001 * info.replicas)
     assert result.warmup_steps == round(0.5 * result.steps_per_epoch)
     optimizer = result.model.optimizer

@@ -25,7 +25,8 @@ def train(tmp_path, prepared_dir, strategy="default", **train_section):
     config = load_config(tiny_params(tmp_path, train=train_section))
     spec = get_spec(strategy)
     strategy, info = build_strategy(spec, config.distributed.devices)
-    return train_model(config, spec, strategy, info, load_split(prepared_dir, "train"), load_split(prepared_dir, "val"))
+    return train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
+                         val=load_split(prepared_dir, "val"))
 
 
 def accuracy_on_test(result, prepared_dir):

@@ -31,7 +31,7 @@ class Evaluation:
     predicted: np.ndarray
 
 
-def evaluate(config: Config, names: list[str], prepared_dir: Path, models_dir: Path, train_reports: Path
+def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir: Path, train_reports: Path
              ) -> list[Evaluation]:
     """Evaluate every model in ``names`` (``models_dir/NAME``) on the test split, logging each onto its training run.
 

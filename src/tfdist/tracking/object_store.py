@@ -66,9 +66,12 @@ def parse_s3_url(url: str, endpoint_url: str | None = None, what: str = "the S3 
     return S3Location(parts.netloc, parts.path.strip("/"), endpoint_url or None)
 
 
-def client(location: S3Location, access_key: str | None = None, secret_key: str | None = None,
+def client(location: S3Location, *, access_key: str | None = None, secret_key: str | None = None,
            timeout: float = CHECK_TIMEOUT):
-    """A boto3 S3 client for ``location``: short timeouts, one attempt, credentials given or boto3's own chain."""
+    """A boto3 S3 client for ``location``: short timeouts, one attempt, credentials given or boto3's own chain.
+
+    One attempt is ``total_max_attempts``: botocore's ``max_attempts`` counts the retries after the first request.
+    """
     try:
         import boto3
         from botocore.config import Config as BotoConfig
@@ -78,15 +81,16 @@ def client(location: S3Location, access_key: str | None = None, secret_key: str 
     return boto3.client(
         "s3", endpoint_url=location.endpoint_url, aws_access_key_id=access_key, aws_secret_access_key=secret_key,
         region_name=os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1",
-        config=BotoConfig(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1, "mode": "standard"}),
+        config=BotoConfig(connect_timeout=timeout, read_timeout=timeout, retries={"total_max_attempts": 1, "mode": "standard"}),
     )
 
 
-def check_bucket(location: S3Location, what: str, access_key: str | None = None, secret_key: str | None = None) -> None:
+def check_bucket(location: S3Location, what: str, *, access_key: str | None = None, secret_key: str | None = None
+                 ) -> None:
     """List one key under ``location``: InputError in one line when the store cannot be used, naming ``what`` and the fix."""
     from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
-    s3 = client(location, access_key, secret_key)
+    s3 = client(location, access_key=access_key, secret_key=secret_key)
     try:
         s3.list_objects_v2(Bucket=location.bucket, Prefix=location.prefix, MaxKeys=1)
     except NoCredentialsError:

@@ -7,10 +7,10 @@ callbacks cost Python on every step and ParameterServer refuses them.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
-from pathlib import Path
+
+import psutil
 
 from tfdist.errors import RunError
 from tfdist.tf_imports import keras, tf
@@ -76,14 +76,11 @@ class Diverged(RunError):
 
 
 def process_age() -> float | None:
-    """Seconds since this process started (Linux /proc), or None elsewhere."""
+    """Seconds since this process started, or None where the system does not say."""
     try:
-        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time() - psutil.Process().create_time()
+    except psutil.Error:
         return None
-    return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
 
 
 class StartupTimer(keras.callbacks.Callback):

@@ -147,8 +147,9 @@ class ChiefRun(TaskRun):
     def title(self) -> str:
         """The MLflow run name: what differs between runs."""
         info, train = self.info, self.config.train
-        return run_label(self.name, info.name, info.replicas, info.workers, info.ps, train.loop, train.precision,
-                         train.clip.method, distributes=self.spec.distributes)
+        return run_label(self.name, strategy=info.name, replicas=info.replicas, workers=info.workers, ps=info.ps,
+                         loop=train.loop, precision=train.precision, clip=train.clip.method,
+                         distributes=self.spec.distributes)
 
     def params(self) -> dict[str, Any]:
         return {**to_flat_dict(self.config), "strategy": self.info.to_dict(), "tensorflow": tf.__version__,

@@ -49,19 +49,19 @@ def seconds_per_step(loop: Callable[[], Any], steps: int, repeats: int) -> float
     return statistics.median(seconds)
 
 
-def time_all_reduce(strategy: tf.distribute.Strategy, elements: int, steps: int, repeats: int) -> float:
+def time_all_reduce(strategy: tf.distribute.Strategy, *, elements: int, steps: int, repeats: int) -> float:
     """Median seconds of one all-reduce of ``elements`` float32 values (each call runs ``steps`` of them)."""
     with strategy.scope():
         values = tf.Variable(tf.ones([elements]), trainable=False)
     return seconds_per_step(all_reduce_loop(strategy, values, steps), steps, repeats)
 
 
-def calibrate(strategy: tf.distribute.Strategy, gradient_bytes: int, workers: int, steps: int = 20,
+def calibrate(strategy: tf.distribute.Strategy, *, gradient_bytes: int, workers: int, steps: int = 20,
               repeats: int = 5) -> CollectiveCosts:
     """Time the two probes between the workers (every worker must call this, as it does ``fit``)."""
     large_elements = max(SMALL_ELEMENTS + 1, gradient_bytes // 4)
-    small = time_all_reduce(strategy, SMALL_ELEMENTS, steps, repeats)
-    large = time_all_reduce(strategy, large_elements, steps, repeats)
+    small = time_all_reduce(strategy, elements=SMALL_ELEMENTS, steps=steps, repeats=repeats)
+    large = time_all_reduce(strategy, elements=large_elements, steps=steps, repeats=repeats)
     small_bytes, large_bytes = 4 * SMALL_ELEMENTS, 4 * large_elements
     per_byte = max(0.0, (large - small) / (large_bytes - small_bytes))
     return CollectiveCosts(workers=workers, small_bytes=small_bytes, small_seconds=small, large_bytes=large_bytes,

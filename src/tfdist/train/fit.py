@@ -91,6 +91,7 @@ def train_model(
     spec: StrategySpec,
     strategy: tf.distribute.Strategy,
     info: StrategyInfo,
+    *,
     train: Digits,
     val: Digits,
     callbacks: list[keras.callbacks.Callback] | tuple = (),
@@ -216,7 +217,7 @@ class FitPlan:
         is one pass over the digits; the order differs from a new iterator's.
         """
         if self.asynchronous:
-            return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed))
+            return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed=seed))
         return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True)
 
     def val_input(self, val: Digits) -> Any:

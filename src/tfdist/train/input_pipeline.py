@@ -8,7 +8,7 @@ from tfdist.data.prepared import Digits
 from tfdist.tf_imports import tf
 
 
-def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: int, endless: bool = False) -> Any:
+def make_dataset(digits: Digits, global_batch_size: int, *, shuffle: bool, seed: int, endless: bool = False) -> Any:
     """A ``tf.data.Dataset`` of ``(x, y)`` batches at the global batch size.
 
     The data are cached in memory, reshuffled every epoch (seeded), batched with
@@ -29,7 +29,7 @@ def make_dataset(digits: Digits, global_batch_size: int, shuffle: bool, seed: in
     return dataset.with_options(options)
 
 
-def make_worker_dataset_fn(digits: Digits, global_batch_size: int, seed: int) -> Any:
+def make_worker_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int) -> Any:
     """A dataset function for ParameterServer training: one endless input per worker, each in an order of its own.
 
     Each worker builds its own pipeline from it: its shard of the digits (by

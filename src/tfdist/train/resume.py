@@ -122,7 +122,7 @@ def backups_of(root: Path, name: str) -> list[RunBackup]:
     return [RunBackup(folder).load() for folder in sorted((root / name).glob("*")) if folder.is_dir()]
 
 
-def open_backup(root: Path, name: str, key: str) -> tuple[RunBackup, list[RunBackup]]:
+def open_backup(root: Path, *, name: str, key: str) -> tuple[RunBackup, list[RunBackup]]:
     """The backup of run ``name`` with ``key``, and the stale backups of the same name (other keys)."""
     return RunBackup(root / name / key).load(), [b for b in backups_of(root, name) if b.folder.name != key]
 

@@ -37,7 +37,8 @@ from tfdist.train.resume import backups_of
 log = logging.getLogger(__name__)
 
 
-def train(config: Config, strategy_name: str, name: str, paths: RunPaths, launch: Sequence[str] = ()) -> TrainOutputs | None:
+def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, launch: Sequence[str] = ()
+          ) -> TrainOutputs | None:
     """Train one model under ``strategy_name`` as MLflow run ``name``, in whatever role this process has.
 
     Every epoch is backed up under ``paths.backups`` (see :mod:`tfdist.train.resume`):

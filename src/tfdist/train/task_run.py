@@ -90,7 +90,7 @@ class TaskRun:
         prepared = self.paths.prepared
         self.train_split, self.val_split = load_split(prepared, "train"), load_split(prepared, "val")
         self.key = run_key(self.config, self.spec.name, [prepared / "train.npz", prepared / "val.npz"])
-        self.backup, self.stale = open_backup(self.paths.backups, self.name, self.key)
+        self.backup, self.stale = open_backup(self.paths.backups, name=self.name, key=self.key)
 
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
         """Train, backing up every epoch (and resuming from the backup when it holds epochs).
@@ -104,11 +104,12 @@ class TaskRun:
         """
         assert self.strategy is not None and self.info is not None, "start() first"
         with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
-            result = train_model(self.config, self.spec, self.strategy, self.info, self.train_split, self.val_split,
-                                 callbacks, self.backup, record_backup)
+            result = train_model(self.config, self.spec, self.strategy, self.info, train=self.train_split,
+                                 val=self.val_split, callbacks=callbacks, backup=self.backup, record_backup=record_backup)
             if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
                 return result
-            costs = collectives.calibrate(self.strategy, collectives.gradient_bytes(result.model), self.info.workers)
+            costs = collectives.calibrate(self.strategy, gradient_bytes=collectives.gradient_bytes(result.model),
+                                              workers=self.info.workers)
         log.info("%s: all-reduce between %d workers: %.3f ms latency, %.2f ns per byte", self.name, costs.workers,
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)

@@ -19,6 +19,7 @@ from helpers.servers import free_ports
 
 def test_the_system_metrics_monitor_of_a_run_is_found_and_stopped(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_experiment("system metrics")  # in this store: an earlier test's active experiment is not here
     mlflow.set_system_metrics_sampling_interval(1)
     before = set(threading.enumerate())
     run = mlflow.start_run(log_system_metrics=True)

@@ -1,5 +1,6 @@
 """Each stage through click's CliRunner: outputs written, exit codes per the contract."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -114,11 +115,14 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     row = f"| mirrored | mirrored | fit | float32 | sync | {SPLIT_REPLICAS} | 1 | {32 * SPLIT_REPLICAS} |"
     assert row in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0
-    assert sorted(p.name for p in (out / "figures").iterdir()) == ["accuracy_vs_time.png", "loss_curves.png", "throughput.png"]
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "accuracy_vs_time.png", "loss_curves.png", "throughput.png", "time_to_accuracy.png"], "no projection: mirrored only"
     assert sorted(p.name for p in out.iterdir()) == [
         "compare.html", "compare.json", "compare.md", "curves.csv", "figures", "metrics.json"]
+    with open("reports/train/history/normal.csv") as history:
+        first_epoch = round(float(next(csv.DictReader(history))["epoch_seconds"]), 4)
     assert (out / "curves.csv").read_text().splitlines()[:2] == [
-        "run,epoch,loss,accuracy,val_loss,val_accuracy", f"normal,1,{history_row('normal')}"]
+        "run,epoch,loss,accuracy,val_loss,val_accuracy,training_seconds", f"normal,1,{history_row('normal')},{first_epoch}"]
     # One parent run per execution holds the comparison; the training runs are its children.
     (parent,) = mlflow.search_runs(filter_string="tags.`tfdist.role` = 'execution'", output_format="list")
     assert parent.info.status == "FINISHED" and parent.data.tags["compared"] == "normal,mirrored"

@@ -69,3 +69,28 @@ def test_ui_needs_a_store_and_a_free_port(workdir):
         result = invoke("ui", "--port", port)
     assert result.exit_code == 2 and f"cannot serve on 127.0.0.1:{port}" in result.output
     assert "pass another --port" in result.output
+
+
+def _shown(name, params, metrics):
+    return {"rev": name, "name": None, "data": {"params": {"params.yaml": {"data": params}},
+                                                "metrics": {"reports/compare/metrics.json": {"data": metrics}}}}
+
+
+def test_experiments_fit_a_120_column_terminal_with_runs_as_rows_and_what_changed_named():
+    from tfdist_cli.experiments import compact_view
+
+    runs = {f"strategy_with_a_rather_long_name_{i}": {"samples_per_second": 12345.6, "speedup": 0.5, "test_accuracy": 0.9,
+                                                       "seconds_to_target": None, "time_to_accuracy_speedup": None}
+            for i in range(3)}
+    params = {"train": {"epochs": 10, "batch_size": 25}, "mlflow": {"outage_timeout": 120}}
+    shown = [_shown("workspace", params, runs)]
+    shown[0]["experiments"] = [{"name": "big-batch", "revs": [{"rev": "a" * 40, "name": "big-batch", "data": _shown(
+        "x", {"train": {"epochs": 10, "batch_size": 256}, "mlflow": {"outage_timeout": 5}}, runs)["data"]}]}]
+    view = compact_view(shown, width=120)
+    lines = view.splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    assert "workspace: the workspace's params" in lines
+    assert "big-batch: train.batch_size=256" in lines, "a result knob that changed, and not an operational one"
+    assert any(line.strip().startswith("strategy_with_a_rather_long_name_0") and "12,346" in line and "0.50x" in line
+               and line.rstrip().endswith("–") for line in lines)
+    assert all(len(line) <= 60 for line in compact_view(shown, width=60).splitlines())

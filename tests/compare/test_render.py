@@ -10,7 +10,8 @@ from helpers.reports import eval_report, scaled_runs, train_report
 
 
 def history():
-    return [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}, {"epoch": 2, "loss": 0.3, "val_loss": 0.4}]
+    return [{"epoch": 1, "loss": 0.5, "val_loss": 0.6, "val_accuracy": 0.90, "epoch_seconds": 2.0},
+            {"epoch": 2, "loss": 0.3, "val_loss": 0.4, "val_accuracy": 0.94, "epoch_seconds": 1.0}]
 
 
 def test_markdown_and_figures(tmp_path):
@@ -26,7 +27,7 @@ def test_markdown_and_figures(tmp_path):
     assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
-    assert [p.name for p in paths] == ["throughput.png", "accuracy_vs_time.png", "loss_curves.png"]
+    assert [p.name for p in paths] == ["time_to_accuracy.png", "throughput.png", "accuracy_vs_time.png", "loss_curves.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
 
 
@@ -35,11 +36,33 @@ def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):
     plot_figures(comparison, {name: history() for name in comparison.runs}, tmp_path / "figures")
     page = render_html(comparison, tmp_path)
     markdown = render_markdown(comparison)
-    assert page.startswith("<!DOCTYPE html>") and page.count('<img src="data:image/png;base64,') == 3
+    assert page.startswith("<!DOCTYPE html>") and page.count('<img src="data:image/png;base64,') == 4
     references = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
-    assert len(references) == 3 and all(ref.startswith("data:image/png;base64,") for ref in references)
+    assert len(references) == 4 and all(ref.startswith("data:image/png;base64,") for ref in references)
     assert "@import" not in page and "url(" not in page
     for heading in re.findall(r"^##? (.+)$", markdown, re.M):
         assert f">{html.escape(heading)}</h" in page
     assert "<td>mirrored</td>" in page and "Train without distribution" in page
     assert "<strong>Here:</strong>" in page and "<code>dvc exp run -S train.precision=mixed_bfloat16" in page
+
+
+def test_a_projected_run_gets_its_speed_up_figure_and_the_report_shows_it(tmp_path):
+    from helpers.reports import eval_report as evaluation
+
+    comparison = build_comparison(*_projected_runs(evaluation))
+    assert comparison.scaling, "multi_worker_mirrored all-reduced across workers: it is projected"
+    paths = plot_figures(comparison, {name: history() for name in comparison.runs}, tmp_path / "figures")
+    assert [p.name for p in paths][-1] == "projection.png"
+    assert "![Projected speed-up against machines, break-even marked](figures/projection.png)" in render_markdown(comparison)
+    assert render_html(comparison, tmp_path).count('<img src="data:image/png;base64,') == 5
+
+
+def _projected_runs(evaluation):
+    from tfdist.reports import CollectiveCosts
+
+    costs = CollectiveCosts(workers=2, small_bytes=4, small_seconds=0.0006, large_bytes=400_000, large_seconds=0.0018,
+                            latency_seconds=0.0006, seconds_per_byte=3e-9)
+    mwms = train_report("multi_worker_mirrored", 20.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
+                        collectives=costs)
+    return ({"normal": train_report("default", 10.0), "multi_worker_mirrored": mwms},
+            {name: evaluation(name, 0.95) for name in ("normal", "multi_worker_mirrored")})

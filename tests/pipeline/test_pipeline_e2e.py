@@ -47,7 +47,7 @@ def test_dvc_repro_runs_every_stage_then_is_a_no_op(project, pipeline):
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
     assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | 1 | 25 |" in markdown
     assert "**Asynchronous:** parameter_server" in markdown and "## Advice" in markdown
-    assert (project / "reports" / "compare" / "compare.html").read_text().count("data:image/png;base64,") == 3
+    assert (project / "reports" / "compare" / "compare.html").read_text().count("data:image/png;base64,") == 5
     assert "Data and pipelines are up to date." in run_in_project(["dvc", "repro"], project)
 
 
@@ -89,13 +89,15 @@ def test_one_repro_is_one_execution_in_mlflow_with_named_runs_data_and_links(pro
 def test_dvc_plots_show_renders_every_run_confusion_and_figures(project):
     run_in_project(["dvc", "plots", "show", "-o", "plots"], project)
     page = (project / "plots" / "index.html").read_text()
-    for title in ("Validation accuracy per epoch", "Training loss per epoch", "Confusion matrix on the test split"):
+    for title in ("Time to accuracy (validation accuracy against training seconds)", "Validation accuracy per epoch",
+                  "Training loss per epoch", "Confusion matrix on the test split"):
         assert title in page
     for name in LABELS:
         assert f'"run": "{name}"' in page, f"{name}'s curve is missing"
     assert sorted(p.name for p in (project / "plots" / "static").glob("*.png")) == [
         "workspace_reports_compare_figures_accuracy_vs_time.png", "workspace_reports_compare_figures_loss_curves.png",
-        "workspace_reports_compare_figures_throughput.png"]
+        "workspace_reports_compare_figures_projection.png", "workspace_reports_compare_figures_throughput.png",
+        "workspace_reports_compare_figures_time_to_accuracy.png"]
 
 
 def test_a_teammate_pulls_what_was_pushed_to_the_s3_remote_and_repro_is_a_no_op(project, tmp_path, monkeypatch):

@@ -120,16 +120,23 @@ def _row(report: TrainReport, result: EvalReport, *, base: TrainReport, base_acc
     )
 
 
+def training_seconds(history: list[dict[str, float]]) -> list[float]:
+    """Each epoch's end in training seconds: the epochs' ``epoch_seconds`` added up (validation left out)."""
+    total, ends = 0.0, []
+    for row in history:
+        total += row["epoch_seconds"]
+        ends.append(total)
+    return ends
+
+
 def time_to_accuracy(history: list[dict[str, float]], target: float) -> tuple[int, float] | None:
     """The epochs and training seconds until validation accuracy first reached ``target``; None if it never did.
 
-    The seconds add up the epochs' training time (``epoch_seconds``: the first
+    The seconds add up the epochs' training time (:func:`training_seconds`: the first
     epoch's tracing and connecting included, validation left out, as in
     samples/s), so a run that needs more epochs pays for each of them.
     """
-    seconds = 0.0
-    for row in history:
-        seconds += row["epoch_seconds"]
+    for row, seconds in zip(history, training_seconds(history), strict=True):
         if row["val_accuracy"] >= target:
             return int(row["epoch"]), seconds
     return None

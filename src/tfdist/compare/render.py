@@ -18,13 +18,21 @@ from matplotlib.figure import Figure  # pyplot-free: files only, no display or b
 
 from tfdist import atomic
 from tfdist.compare.comparison import Comparison, Projection, RunRow
+from tfdist.compare.compute import training_seconds
 
-#: Figure file names, in the order the document shows them.
+#: Figure file names, in the order the document shows them (the projection's only where a run was projected).
 FIGURES = (
+    ("time_to_accuracy.png", "Validation accuracy against training seconds, the target a line"),
     ("throughput.png", "Throughput and train time per run"),
     ("accuracy_vs_time.png", "Test accuracy vs train time"),
     ("loss_curves.png", "Training and validation loss, every run overlaid"),
+    ("projection.png", "Projected speed-up against machines, break-even marked"),
 )
+PROJECTION_FIGURE = "projection.png"
+#: Machine counts the projection's figure draws (its table shows :data:`tfdist.compare.advice.PROJECTED_MACHINES`).
+_DRAWN_MACHINES = range(1, 17)
+#: One marker a run, so that runs tell apart without colour too.
+_MARKERS = "osD^v<>Pph*X"
 
 SETUP_COLUMNS = (
     ("name", "run"),
@@ -107,7 +115,8 @@ def document(comparison: Comparison) -> list[Block]:
         *_asynchronous_note(rows),
         *_precision_note(rows),
         ("h2", "Figures"),
-        *[("img", f"figures/{name}", alt) for name, alt in FIGURES],
+        *[("img", f"figures/{name}", alt) for name, alt in FIGURES
+          if name != PROJECTION_FIGURE or comparison.scaling],
     ]
     return blocks
 
@@ -242,43 +251,118 @@ def render_html(comparison: Comparison, base_dir: Path) -> str:
 
 
 def plot_figures(comparison: Comparison, histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
-    """Throughput bars, accuracy against time, and loss curves overlaid; returns the PNGs."""
-    rows = comparison.rows
-    names = [r.name for r in rows]
+    """Every figure of :data:`FIGURES` the comparison has data for, written into ``out_dir``; returns the PNGs."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    throughput_png, accuracy_png, loss_png = (out_dir / name for name, _ in FIGURES)
+    rows = comparison.rows
+    drawn = {
+        "time_to_accuracy.png": lambda: _time_to_accuracy_figure(rows, histories),
+        "throughput.png": lambda: _throughput_figure(rows),
+        "accuracy_vs_time.png": lambda: _accuracy_vs_time_figure(rows),
+        "loss_curves.png": lambda: _loss_figure(rows, histories),
+        PROJECTION_FIGURE: lambda: _projection_figure(comparison) if comparison.scaling else None,
+    }
     paths = []
+    for name, _ in FIGURES:
+        fig = drawn[name]()
+        if fig is not None:
+            paths.append(_save(fig, out_dir / name))
+    return paths
 
+
+def _time_to_accuracy_figure(rows: list[RunRow], histories: dict[str, list[dict]]) -> Figure:
+    """Validation accuracy against training seconds per run, the target a line: time to accuracy at a glance."""
+    fig = Figure(figsize=(8, 4.5))
+    axis = fig.subplots()
+    for index, row in enumerate(rows):
+        history = histories.get(row.name, [])
+        if history and all("val_accuracy" in h for h in history):
+            axis.plot(training_seconds(history), [h["val_accuracy"] for h in history],
+                      marker=_MARKERS[index % len(_MARKERS)], label=_reached(row))
+    target = rows[0].target_accuracy
+    axis.axhline(target, color="black", linestyle="--", linewidth=1)
+    axis.annotate(f"target {target:.2f} (compare.target_accuracy)", (0, target), xycoords=("axes fraction", "data"),
+                  xytext=(4, 4), textcoords="offset points", fontsize=8,
+                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+    axis.set(title="Time to accuracy: validation accuracy against training seconds", xlabel="training seconds",
+             ylabel="validation accuracy")
+    axis.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def _reached(row: RunRow) -> str:
+    if row.seconds_to_target is None:
+        return f"{row.name}: target not reached"
+    return f"{row.name}: {row.seconds_to_target:.1f} s to target"
+
+
+def _throughput_figure(rows: list[RunRow]) -> Figure:
     fig = Figure(figsize=(10, 4))
     left, right = fig.subplots(1, 2)
+    names = [r.name for r in rows]
     left.bar(names, [r.samples_per_second for r in rows], color="tab:blue")
     left.set(title="Training throughput", ylabel="samples / s")
     right.bar(names, [r.train_seconds for r in rows], color="tab:orange")
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):
         axis.tick_params(axis="x", rotation=30)
-    paths.append(_save(fig, throughput_png))
+        for label in axis.get_xticklabels():
+            label.set_horizontalalignment("right")
+    return fig
 
-    fig = Figure(figsize=(6, 4))
+
+def _accuracy_vs_time_figure(rows: list[RunRow]) -> Figure:
+    """Each run a marker named in the legend, not a label beside its point: close points never print over each other."""
+    fig = Figure(figsize=(9, 4))
     axis = fig.subplots()
-    for row in rows:
-        axis.scatter(row.train_seconds, row.test_accuracy)
-        axis.annotate(row.name, (row.train_seconds, row.test_accuracy), textcoords="offset points", xytext=(5, 5))
+    for index, row in enumerate(rows):
+        axis.scatter(row.train_seconds, row.test_accuracy, marker=_MARKERS[index % len(_MARKERS)], s=60,
+                     label=f"{row.name} ({row.train_seconds:.1f} s, {row.test_accuracy:.4f})")
     axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
-    paths.append(_save(fig, accuracy_png))
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return fig
 
+
+def _loss_figure(rows: list[RunRow], histories: dict[str, list[dict]]) -> Figure:
     fig = Figure(figsize=(10, 4))
     left, right = fig.subplots(1, 2, sharey=True)
-    for name in names:
-        epochs = [h["epoch"] for h in histories[name]]
-        left.plot(epochs, [h["loss"] for h in histories[name]], marker="o", label=name)
-        if all("val_loss" in h for h in histories[name]):
-            right.plot(epochs, [h["val_loss"] for h in histories[name]], marker="o", label=name)
+    for row in rows:
+        history = histories[row.name]
+        epochs = [h["epoch"] for h in history]
+        left.plot(epochs, [h["loss"] for h in history], marker="o", label=row.name)
+        if all("val_loss" in h for h in history):
+            right.plot(epochs, [h["val_loss"] for h in history], marker="o", label=row.name)
     left.set(title="Training loss", xlabel="epoch", ylabel="loss")
     right.set(title="Validation loss", xlabel="epoch")
     left.legend()
-    paths.append(_save(fig, loss_png))
-    return paths
+    return fig
+
+
+def _projection_figure(comparison: Comparison) -> Figure:
+    """Projected speed-up against machines on the assumed network, with 1x (break-even) a line and each run's ceiling."""
+    network = comparison.network
+    fig = Figure(figsize=(8, 4.5))
+    axis = fig.subplots()
+    for index, projection in enumerate(comparison.scaling):
+        machines = [int(n) for n in projection.projected_speedup]
+        line, = axis.plot(machines, list(projection.projected_speedup.values()), marker=_MARKERS[index % len(_MARKERS)],
+                          label=_break_even(projection))
+        axis.axhline(projection.ceiling_speedup, color=line.get_color(), linestyle=":", linewidth=1)
+        if projection.break_even_machines is not None and projection.break_even_machines <= machines[-1]:
+            axis.plot([projection.break_even_machines], [1.0], marker="|", markersize=18, color=line.get_color())
+    axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="break-even: normal training's speed")
+    axis.set(title=f"Projected speed-up on a {network.gbit:g} Gbit/s, {network.latency_us:g} µs network "
+                   "(dotted: ceiling)", xlabel="machines (a worker each)", ylabel="speed-up vs normal training")
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(machines, [str(n) for n in machines])
+    axis.set_ylim(bottom=0)
+    axis.legend(fontsize=8)
+    return fig
+
+
+def _break_even(projection: Projection) -> str:
+    if projection.break_even_machines is None:
+        return f"{projection.name}: never breaks even (ceiling {projection.ceiling_speedup:.2f}x)"
+    return f"{projection.name}: breaks even with {projection.break_even_machines} machines"
 
 
 def _save(fig: Figure, path: Path) -> Path:

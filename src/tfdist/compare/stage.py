@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfdist import atomic
 from tfdist.compare.comparison import Comparison, to_json
-from tfdist.compare.compute import build_comparison
+from tfdist.compare.compute import build_comparison, training_seconds
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config import Config
 from tfdist.distribute.registry import check_pipeline
@@ -35,7 +35,7 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
 
     Writes compare.json (everything), compare.md and compare.html (the same
     report), figures/, metrics.json (the headline numbers, for ``dvc exp
-    show``) and curves.csv (every run's epochs, for ``dvc plots``).
+    show``) and curves.csv (every run's epochs and their end in training seconds, for ``dvc plots``).
 
     Raises:
         StrategyError: ``distributed.strategies`` names a strategy the pipeline cannot run.
@@ -54,8 +54,9 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
             name: {key: round(getattr(row, key), 4) for key in HEADLINE_METRICS if getattr(row, key) is not None}
             for name, row in comparison.runs.items()
         })
-        curves = [{"run": name, **row, "epoch": int(row["epoch"])} for name in names for row in histories[name]]
-        atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS))
+        curves = [{"run": name, **row, "epoch": int(row["epoch"]), "training_seconds": round(seconds, 4)}
+                  for name in names for row, seconds in zip(histories[name], training_seconds(histories[name]), strict=True)]
+        atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS, "training_seconds"))
         atomic.write_text(tmp / "compare.md", render_markdown(comparison))
         atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
         _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)

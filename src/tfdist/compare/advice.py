@@ -19,11 +19,11 @@ _NOISE = 0.10
 _ACCURACY_LOSS_POINTS = 1.0
 #: Machine counts the projection shows.
 PROJECTED_MACHINES = (2, 4, 8, 16)
-#: How far the projection was checked (docs/performance.md, "Separate machines", benchmarks/emulated_machines.py).
+#: How far the projection was checked (docs/performance.md, section 10; benchmarks/emulated_machines.py).
 CHECKED = ("Checked on 2 emulated machines (a core and a network namespace each, the cable shaped with tc; "
-           "docs/performance.md, \"Separate machines\"): the projected step came within 14 % of the measured one at "
-           "1 Gbit/s and 100 Mbit/s, per-replica batch 25 and 256; beyond 2 machines, and on a real network, "
-           "it is unchecked.")
+           "docs/performance.md, \"The projection to more machines, checked\"): the projected step came within 14 % "
+           "of the measured one at 1 Gbit/s and 100 Mbit/s, per-replica batch 25 and 256; beyond 2 machines, and on a "
+           "real network, it is unchecked.")
 
 
 def verdict(rows: list[RunRow]) -> str:

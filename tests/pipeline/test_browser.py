@@ -199,7 +199,7 @@ def test_the_html_report_renders_without_fetching_anything(project, page):
     assert page.locator("h2", has_text="Advice").is_visible()
     assert page.locator("table").count() == 4  # scaling projection, runs, results, what each holds and moves
     widths = page.eval_on_selector_all("img", "images => images.map(image => image.complete && image.naturalWidth)")
-    assert len(widths) == 3 and all(width > 0 for width in widths), widths
+    assert len(widths) == 5 and all(width > 0 for width in widths), widths  # time to accuracy ... projection
     assert [url for url in requests if not url.startswith("data:")] == [report.as_uri()], requests
     shoot(page, "compare-report.png", full_page=True)
 
@@ -210,4 +210,4 @@ def test_dvc_plots_draw_every_plot_with_the_network_off(project, browser):
     assert "cdn.jsdelivr" not in page.read_text(), "the page must not load Vega from a CDN"
     drawn = draw_offline(browser, page, screenshot="dvc-plots.png")
     assert drawn.errors == [] and drawn.requests == []
-    assert drawn.plots == 4 + len(LABELS), "4 per-epoch curve plots and a confusion matrix per run"
+    assert drawn.plots == 5 + len(LABELS), "time to accuracy, 4 per-epoch curve plots and a confusion matrix per run"

@@ -162,7 +162,7 @@ def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):
     page = (project / "diff" / "index.html").read_text()
     assert '"rev": "HEAD"' in page and '"rev": "bf16-3ep"' in page
     drawn = draw_offline(browser, project / "diff" / "index.html", screenshot="dvc-plots-diff.png")
-    assert (drawn.plots, drawn.requests, drawn.errors) == (4 + len(LABELS), [], []), "every plot draws offline"
+    assert (drawn.plots, drawn.requests, drawn.errors) == (5 + len(LABELS), [], []), "every plot draws offline"
 
 
 def test_changing_epochs_reruns_training_not_preprocessing(project):

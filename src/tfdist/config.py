@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -473,6 +474,17 @@ def check_run_name(name: Any) -> str:
             "not starting with '.', e.g. --name mirrored-bs256"
         )
     return name
+
+
+def dotted_keys(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a nested mapping (params.yaml as read) under dotted keys."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            flat.update(dotted_keys(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def to_flat_dict(config: Config) -> dict[str, Any]:

@@ -21,13 +21,21 @@ from typing import Any
 import click
 
 from tfdist import native_logs
-from tfdist.errors import Interrupted, TaskFailed, TfdistError
+from tfdist.errors import InputError, Interrupted, TaskFailed, TfdistError
 
 
 def program(name: str) -> str | None:
     """The executable ``name`` beside this Python (the venv's: dvc, weed), else on PATH, else None."""
     beside = Path(sys.executable).with_name(name)
     return str(beside) if os.access(beside, os.X_OK) else shutil.which(name)
+
+
+def required_program(name: str, fix: str) -> str:
+    """:func:`program` ``name``, or InputError "NAME is not on PATH; FIX"."""
+    found = program(name)
+    if found is None:
+        raise InputError(f"{name} is not on PATH; {fix}")
+    return found
 
 
 def run_stage(command: click.Command) -> None:

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from tfdist import native_logs
-from tfdist.config import knob_roles
+from tfdist.config import dotted_keys, knob_roles
 from tfdist.errors import InputError, RunError
-from tfdist_cli.contract import stage_errors
+from tfdist_cli.contract import required_program, stage_errors
 
 #: Columns of ``dvc exp show`` that are not knobs: dependency hashes (``path/to/file``) and the date.
 _NOT_KNOBS = (r".*/.*", "Created")
@@ -58,18 +57,8 @@ def _short(rev: str) -> str:
     return rev[:7] if re.fullmatch(r"[0-9a-f]{40}", rev) else rev
 
 
-def _flat(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def _params(data: dict[str, Any]) -> dict[str, Any]:
-    return _flat(((data.get("params") or {}).get("params.yaml") or {}).get("data") or {})
+    return dotted_keys(((data.get("params") or {}).get("params.yaml") or {}).get("data") or {})
 
 
 def compact_view(shown: list[dict[str, Any]], width: int = 120) -> str:
@@ -104,13 +93,6 @@ def _clip(line: str, width: int) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def _dvc() -> str:
-    dvc = shutil.which("dvc")
-    if dvc is None:
-        raise InputError("dvc is not on PATH; activate the project's environment (. .venv/bin/activate)")
-    return dvc
-
-
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--width", default=120, show_default=True, type=click.IntRange(40, 1000), help="Widest line printed.")
 @click.option("--full", is_flag=True, help="Run `dvc exp show` itself: every result knob and metric as a column.")
@@ -120,7 +102,7 @@ def _dvc() -> str:
 def experiments(width: int, full: bool, precision: int, dvc_args: tuple[str, ...]) -> None:
     """Each experiment's runs by their headline numbers; --full or DVC_ARGS (e.g. --csv, -A) run `dvc exp show`."""
     with stage_errors():
-        dvc = _dvc()
+        dvc = required_program("dvc", "activate the project's environment (. .venv/bin/activate)")
         if full or dvc_args:
             native_logs.exec_program(dvc, [dvc, "exp", "show", "--drop", hidden_columns(), "--precision", str(precision),
                                            *dvc_args])

@@ -9,14 +9,13 @@ how to build it instead of DVC's "HTML template has to contain '{plot_divs}'".
 from __future__ import annotations
 
 import configparser
-import shutil
 from pathlib import Path
 
 import click
 
 from tfdist import native_logs
 from tfdist.errors import InputError
-from tfdist_cli.contract import stage_errors
+from tfdist_cli.contract import required_program, stage_errors
 
 
 def offline_page(root: Path) -> Path:
@@ -43,9 +42,7 @@ def plots(dvc_args: tuple[str, ...]) -> None:
     """`dvc plots show`, or `dvc plots diff` with DVC_ARGS starting `diff` (e.g. diff main); other args go to dvc."""
     with stage_errors():
         offline_page(Path.cwd())
-        dvc = shutil.which("dvc")
-        if dvc is None:
-            raise InputError("dvc is not on PATH; activate the project's environment (. .venv/bin/activate)")
+        dvc = required_program("dvc", "activate the project's environment (. .venv/bin/activate)")
         args = list(dvc_args) if dvc_args and dvc_args[0] in ("show", "diff") else ["show", *dvc_args]
         native_logs.exec_program(dvc, [dvc, "plots", *args])
 

@@ -18,7 +18,7 @@ import click
 from tfdist import native_logs
 from tfdist.errors import InputError
 from tfdist.tracking import object_store
-from tfdist_cli.contract import program, stage_errors
+from tfdist_cli.contract import required_program, stage_errors
 
 COMMANDS = {"push": ["push"], "pull": ["pull"], "status": ["status", "--cloud"]}
 
@@ -48,9 +48,7 @@ def remote_location(name: str | None = None) -> tuple[str, object_store.S3Locati
 def _on_the_remote(command: str, remote: str | None, dvc_args: tuple[str, ...]) -> None:
     """Check the team's S3 remote in seconds, then run dvc ``command`` on it (this process becomes dvc)."""
     with stage_errors():
-        dvc = program("dvc")
-        if dvc is None:
-            raise InputError("dvc is not on PATH; make install (or pip install -e '.[s3]') installs it")
+        dvc = required_program("dvc", "make install (or pip install -e '.[s3]') installs it")
         name, location, section = remote_location(remote)
         object_store.check_bucket(location, f"DVC remote {name}", access_key=section.get("access_key_id"),
                                   secret_key=section.get("secret_access_key"))

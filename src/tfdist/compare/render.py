@@ -29,8 +29,6 @@ FIGURES = (
     ("projection.png", "Projected speed-up against machines, break-even marked"),
 )
 PROJECTION_FIGURE = "projection.png"
-#: Machine counts the projection's figure draws (its table shows :data:`tfdist.compare.advice.PROJECTED_MACHINES`).
-_DRAWN_MACHINES = range(1, 17)
 #: One marker a run, so that runs tell apart without colour too.
 _MARKERS = "osD^v<>Pph*X"
 
@@ -115,8 +113,7 @@ def document(comparison: Comparison) -> list[Block]:
         *_asynchronous_note(rows),
         *_precision_note(rows),
         ("h2", "Figures"),
-        *[("img", f"figures/{name}", alt) for name, alt in FIGURES
-          if name != PROJECTION_FIGURE or comparison.scaling],
+        *[("img", f"figures/{name}", alt) for name, alt in figures_of(comparison)],
     ]
     return blocks
 
@@ -250,8 +247,13 @@ def render_html(comparison: Comparison, base_dir: Path) -> str:
     return to_html(document(comparison), base_dir)
 
 
+def figures_of(comparison: Comparison) -> list[tuple[str, str]]:
+    """The :data:`FIGURES` the comparison has data for (the projection's only where a run was projected), in order."""
+    return [(name, alt) for name, alt in FIGURES if name != PROJECTION_FIGURE or comparison.scaling]
+
+
 def plot_figures(comparison: Comparison, histories: dict[str, list[dict]], out_dir: Path) -> list[Path]:
-    """Every figure of :data:`FIGURES` the comparison has data for, written into ``out_dir``; returns the PNGs."""
+    """Draw :func:`figures_of` the comparison into ``out_dir``; returns the PNGs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = comparison.rows
     drawn = {
@@ -259,14 +261,9 @@ def plot_figures(comparison: Comparison, histories: dict[str, list[dict]], out_d
         "throughput.png": lambda: _throughput_figure(rows),
         "accuracy_vs_time.png": lambda: _accuracy_vs_time_figure(rows),
         "loss_curves.png": lambda: _loss_figure(rows, histories),
-        PROJECTION_FIGURE: lambda: _projection_figure(comparison) if comparison.scaling else None,
+        PROJECTION_FIGURE: lambda: _projection_figure(comparison),
     }
-    paths = []
-    for name, _ in FIGURES:
-        fig = drawn[name]()
-        if fig is not None:
-            paths.append(_save(fig, out_dir / name))
-    return paths
+    return [_save(drawn[name](), out_dir / name) for name, _ in figures_of(comparison)]
 
 
 def _time_to_accuracy_figure(rows: list[RunRow], histories: dict[str, list[dict]]) -> Figure:

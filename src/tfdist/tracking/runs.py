@@ -25,7 +25,7 @@ import mlflow
 import mlflow.data
 from mlflow.exceptions import MlflowException
 
-from tfdist.config import Config, identifying_params, to_flat_dict
+from tfdist.config import Config, dotted_keys, identifying_params, to_flat_dict
 from tfdist.errors import InputError, Interrupted
 from tfdist.tracking.mlflow_private import finish_system_metrics
 from tfdist.tracking.outage import Patience, unreachable
@@ -43,15 +43,9 @@ _DATASET_DIGEST_CHARS = 16
 _GIT_TIMEOUT = 10.0
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(mapping: Mapping[str, Any]) -> dict[str, str]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: MLflow params are flat strings."""
-    flat: dict[str, str] = {}
-    for key, value in mapping.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = str(value)[:_PARAM_VALUE_LIMIT]
-    return flat
+    return {key: str(value)[:_PARAM_VALUE_LIMIT] for key, value in dotted_keys(mapping).items()}
 
 
 def context_tags() -> dict[str, str]:

@@ -36,8 +36,8 @@ def tensorflow_without_keras() -> Any:
     """TensorFlow, imported without tf_keras: for a process that builds no model (a parameter_server server).
 
     TensorFlow's package init imports tf_keras's optimizers, and so all of
-    tf_keras (applications, datasets, pandas through its data adapter):
-    1.1-1.6 s of a server's 4.9-5.5 s start (``python -X importtime``). The init
+    tf_keras (applications, datasets, pandas through its data adapter), about
+    a quarter of a server's start (docs/performance.md, "Start-up"). The init
     skips them when they raise ImportError, which Python's import does for a
     module whose ``sys.modules`` entry is None. The entry is removed once
     TensorFlow is loaded, so tf_keras stays importable in full. Once TensorFlow
@@ -88,8 +88,8 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
 
     ``inter_op`` is capped at the CPUs this process may run on: a task pinned
     to one core (``distributed.pin_tasks``) runs its ops one at a time anyway,
-    and a second thread only contends for that core (multi_worker_mirrored's
-    step: 4.9 -> 4.1 ms, docs/performance.md).
+    and a second thread only contends for that core (docs/performance.md,
+    "The multi-process step").
 
     Once TensorFlow's runtime has started the pools are fixed: then this only
     warns, so a library caller (a notebook, the tests) keeps working.

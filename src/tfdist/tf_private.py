@@ -49,11 +49,11 @@ def inputs_kept_alive(strategy: tf.distribute.Strategy, dataset: Any, coordinate
     processes blocks for seconds (TensorFlow 2.21, ``py-spy dump --native``:
     ``~MultiDeviceIterator`` waits in ``UnboundedThreadPool``'s
     ``~LogicalThreadWrapper`` for the iterator's background thread, every
-    process idle). Under MultiWorkerMirrored each worker's ``fit`` stalled
-    1-13 s when it returned and dropped its iterator; under Mirrored, in some
-    runs, 5 s. Under ParameterServer (``coordinated``) the iterators and datasets
-    the coordinator creates on each worker are destroyed remotely, and in one
-    run of two or three the coordinator's next eager op waited 9 s behind that
+    process idle): each worker's ``fit`` under MultiWorkerMirrored, and some
+    under Mirrored, stalled when it returned and dropped its iterator
+    (docs/performance.md, "Start-up"). Under ParameterServer (``coordinated``)
+    the iterators and datasets the coordinator creates on each worker are
+    destroyed remotely, and the coordinator's next eager op can wait behind that
     destruction (``EagerContext::MaybeRegisterFunctionRemotely``). Kept
     referenced here, they are never destroyed, in a process that ends without
     the interpreter's teardown (:func:`tfdist.native_logs.end_without_teardown`);

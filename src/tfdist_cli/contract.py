@@ -44,8 +44,8 @@ def run_stage(command: click.Command) -> None:
     Once a stage has written its outputs and Python has run its exit work
     (non-daemon threads joined, every ``atexit`` handler registered after this
     call: MLflow's, TensorFlow's), what is left is tearing down the modules and
-    TensorFlow's C++ runtime: 1.8 s of every process that loaded TensorFlow
-    (py-spy, docs/performance.md "Start-up"). A distributed run also keeps its
+    TensorFlow's C++ runtime, seconds of every process that loaded TensorFlow
+    (docs/performance.md, "Start-up"). A distributed run also keeps its
     training input's iterators, whose destruction stalls for seconds
     (:func:`tfdist.tf_private.inputs_kept_alive`). The process
     ends with the stage's exit code at that point, after stdout and stderr are

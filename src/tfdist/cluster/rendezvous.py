@@ -2,8 +2,8 @@
 
 TensorFlow joins a cluster inside one C++ call that waits for every peer
 forever, holding the interpreter: no message, no timeout, and no Python
-signal handler runs (measured: a worker whose peer never came waited 16
-minutes and ignored SIGTERM). So each task first waits here, in Python:
+signal handler runs (a worker whose peer never came waits without end and
+ignores SIGTERM). So each task first waits here, in Python:
 it listens on its own cluster address (so that its peers see it up) and
 tries every peer's address until all accept a connection, naming the ones
 it still awaits every few seconds, and gives up after

@@ -192,7 +192,7 @@ class FitPlan:
             # Exact validation under ParameterServer: the workers evaluate whole shards of the
             # validation batches, so there must be at least one batch per shard; the batch size
             # does not change the metrics. One shard per worker: tf_keras's "auto", 5 per worker,
-            # costs a remote closure each: 0.5 s an epoch against 0.2 s (docs/performance.md).
+            # costs a remote closure each, more than doubling validation (docs/performance.md).
             shards = min(info.workers, val_size)
             val_batch, val_steps = min(global_batch, val_size // shards), None
         return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
@@ -208,7 +208,7 @@ class FitPlan:
 
         Endless, because a finite input costs every epoch a new iterator: over
         several replicas a multi-device one, whose per-device functions TensorFlow
-        traces anew (0.1-0.3 s an epoch under mirrored, docs/performance.md);
+        traces anew (docs/performance.md, "Start-up");
         across synchronous workers a collective every step besides, as each
         worker must learn whether every other still has a batch (tf.distribute's
         ``get_next_as_optional``). Cut into epochs by the step count, an endless
@@ -225,8 +225,8 @@ class FitPlan:
 
         Endless for the same reason as the training input: a finite one costs
         every epoch's validation a new iterator, over several replicas a
-        multi-device one whose per-device functions are traced anew (mirrored:
-        78 % of a 0.3 s validation, ``py-spy``). Batched before it repeats, the
+        multi-device one whose per-device functions are traced anew (most of
+        mirrored's validation, docs/performance.md). Batched before it repeats, the
         last batch keeps its remainder, so each validation reads every digit
         once, in order, as a finite pass does. Under ParameterServer the
         validation is exact, in shards the workers read to their ends: finite.

@@ -2,8 +2,8 @@
 
 A server runs what the coordinating chief sends it and builds no model, so
 it loads TensorFlow without tf_keras (:func:`tfdist.runtime.tensorflow_without_keras`):
-1.1-1.6 s less CPU in each of the three servers a default parameter_server
-stage starts on two cores beside its chief (docs/performance.md, "Start-up").
+less CPU in each of the servers a parameter_server stage starts beside its
+chief, on the same cores (docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations

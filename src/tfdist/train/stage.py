@@ -112,7 +112,7 @@ def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, 
     """A coordinating chief: train, then drop the connections to the workers before they are stopped.
 
     TensorFlow is first imported here, under the local launcher once the other
-    tasks have started: they import it meanwhile, instead of waiting 3 s for
+    tasks have started: they import it meanwhile, instead of waiting for
     this process to. Dropped now, the errors of deleting functions on workers
     that are gone (lost mid-training, or stopped) are filtered out; at exit
     they would not be.

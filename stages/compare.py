@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
+from tfdist.atomic import check_writable
 from tfdist.compare.stage import compare
 from tfdist.config import load_config
 from tfdist_cli.contract import config_options, run_stage, stage_errors
@@ -24,6 +25,7 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
     """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
     with stage_errors():
         config = load_config(params_path, overrides)
+        check_writable(out_dir)
         comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, out_dir=out_dir)
         click.echo(comparison.verdict)
         # what more machines would give, and the network it assumed (compare.network_*)

@@ -32,12 +32,15 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
     with stage_errors():
         config = load_config(params_path, overrides)
         chosen = [check_run_name(name) for name in names or config.run_names]
+        atomic.check_writable(reports_dir)
         results = evaluate(config, list(dict.fromkeys(chosen)), prepared_dir=data_dir, models_dir=models_dir,
                            train_reports=train_reports)
-        for result in results:  # written once every model is evaluated: a failure leaves none half-done
-            rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))
-            atomic.write_text(reports_dir / "confusion" / f"{result.report.name}.csv", "actual,predicted\n" + rows)
-            write_report(reports_dir / f"{result.report.name}.json", result.report)
+        with atomic.atomic_outputs() as outputs:  # once every model is evaluated, all or none: no half-done set
+            for result in results:
+                rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))
+                atomic.write_text(reports_dir / "confusion" / f"{result.report.name}.csv", "actual,predicted\n" + rows,
+                                  outputs=outputs)
+                write_report(reports_dir / f"{result.report.name}.json", result.report, outputs=outputs)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: P
     """Load MNIST from data.source, normalise to [0, 1], split train/val/test by label."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        atomic.write_json(report, preprocess(config, out_dir))
+        atomic.check_writable(out_dir, report)
+        with atomic.atomic_outputs() as outputs:  # the data and its summary, all or none
+            atomic.write_json(report, preprocess(config, out_dir, outputs=outputs), outputs=outputs)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
+from tfdist.atomic import check_writable
 from tfdist.config import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
-from tfdist.reports import RunPaths, write_history, write_report
+from tfdist.reports import RunPaths
 from tfdist.train.stage import train
 from tfdist_cli.contract import config_options, run_stage, stage_errors
 
@@ -46,12 +47,9 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
             "--strategy", strategy, "--name", name, "--data", str(data_dir),
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
         ]
-        outputs = train(config, strategy_name=strategy, name=name, paths=RunPaths(data_dir, models_dir / name, backups_dir),
-                        launch=launch)
-        if outputs is None:
-            return  # another process of the cluster writes the outputs
-        write_history(reports_dir / "history" / f"{name}.csv", outputs.history)
-        write_report(reports_dir / f"{name}.json", outputs.report)
+        check_writable(models_dir / name, reports_dir, backups_dir)
+        train(config, strategy_name=strategy, name=name, launch=launch,
+              paths=RunPaths(data_dir, models_dir / name, backups_dir, reports=reports_dir))
 
 
 if __name__ == "__main__":

@@ -23,3 +23,43 @@ def test_a_folder_is_replaced_whole(tmp_path):
             (tmp / "f").write_text(content)
     assert (target / "f").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["dir"]
+
+
+def test_outputs_staged_together_replace_none_when_one_fails(tmp_path):
+    model, report = tmp_path / "models" / "run", tmp_path / "reports" / "run.json"
+    atomic.write_text(report, "old report")
+    with pytest.raises(RuntimeError), atomic.atomic_outputs() as outputs:
+        staged = outputs.stage(model)
+        staged.mkdir()
+        (staged / "weights").write_text("new")
+        atomic.write_text(report, "new report", outputs=outputs)
+        raise RuntimeError("the disk filled after the model")
+    assert not model.exists() and report.read_text() == "old report"
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["run.json"], "no temporaries left"
+
+
+def test_a_full_disk_is_one_line_naming_the_target_and_its_bytes(tmp_path):
+    with pytest.raises(atomic.DiskFull) as caught, atomic.atomic_outputs() as outputs:
+        staged = outputs.stage(tmp_path / "out.csv", size=2048)
+        raise OSError(28, "No space left on device", str(staged))  # what a write to the staged file raises
+    assert str(caught.value).startswith(f"no space left on the device of {tmp_path / 'out.csv'} (it needs 2.0 KiB, ")
+    assert str(caught.value).endswith("every output is as it was")
+
+
+def test_check_writable_names_the_nearest_folder_and_creates_nothing(tmp_path):
+    atomic.check_writable(tmp_path / "a" / "b" / "c.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_held_elsewhere_is_waited_for_within_its_bound(tmp_path):
+    import fcntl
+
+    from tfdist.tracking.schema import lock_within
+
+    path = tmp_path / "store.lock"
+    with open(path, "a") as holder, open(path, "a") as waiter:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: a lock of its own, as another process's would be
+        with pytest.raises(TimeoutError, match="has held .*store.lock for 0 s"):
+            lock_within(waiter, 0.3)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        lock_within(waiter, 0.3)

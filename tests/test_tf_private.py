@@ -124,3 +124,16 @@ def test_the_coordination_service_is_configured_with_our_heartbeat_before_the_st
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "7500 /job:worker/replica:0/task:0 [2]"
+
+
+def test_backup_and_restore_checkpoints_are_found_and_name_their_finished_epochs(tmp_path):
+    from tfdist.tf_private import backup_and_restore_checkpoint, backup_and_restore_epochs
+
+    assert backup_and_restore_checkpoint(tmp_path) is None
+    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path), save_freq="epoch", delete_checkpoint=False)
+    model.fit(tf.zeros((4, 2)), tf.zeros((4, 1)), epochs=3, callbacks=[backup], verbose=0)
+    latest = backup_and_restore_checkpoint(tmp_path)
+    assert latest is not None
+    assert backup_and_restore_epochs(tf.train.load_checkpoint(latest)) == 3

@@ -260,6 +260,8 @@ class MlflowConfig:
             tracking store that stopped answering (a server restarting, its object store
             down) before it stops, naming what was not recorded; training itself never
             waits for it, and a rerun finishes into the same run (:mod:`tfdist.tracking.outage`).
+        busy_timeout: seconds a stage waits at start for a sqlite store another program keeps
+            locked (a SQLite browser, a backup job) before it stops, naming the store.
     """
 
     tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking")
@@ -268,6 +270,7 @@ class MlflowConfig:
     register_models: bool = _knob(False, decides=("train", "compare"), role="operational")
     registered_model: str = _knob("tfdist-mnist-classifier", decides=("train", "compare"), role="operational")
     outage_timeout: float = _knob(120.0, decides=(), role="operational", gt=0)
+    busy_timeout: float = _knob(30.0, decides=(), role="operational", gt=0)
 
     def __post_init__(self) -> None:
         if self.register_models and not self.log_models:

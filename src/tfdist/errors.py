@@ -33,6 +33,10 @@ class RunError(TfdistError):
     exit_code = 1
 
 
+class DiskFull(RunError):
+    """A disk filled while an output was written (exit 1): the path, the bytes, and that the outputs are as they were."""
+
+
 class PeerLost(RunError):
     """Another task of this process's cluster was lost while training (exit 1).
 

@@ -33,11 +33,14 @@ class RunPaths:
         prepared: the prepared data folder (train/val/test.npz).
         model: the folder that receives the saved model.
         backups: the root of per-run backups (resume after a crash).
+        reports: the folder for the run's report (NAME.json) and history (history/NAME.csv),
+            written with the model, all or none; None: the caller writes them.
     """
 
     prepared: Path
     model: Path
     backups: Path
+    reports: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -180,9 +183,9 @@ def to_dict(report: Any) -> dict[str, Any]:
     return dataclasses.asdict(report)
 
 
-def write_report(path: Path | str, report: Any) -> None:
-    """Write a report atomically as indented JSON."""
-    atomic.write_json(path, to_dict(report))
+def write_report(path: Path | str, report: Any, *, outputs: atomic.Outputs | None = None) -> None:
+    """Write a report atomically as indented JSON (with ``outputs``: staged there, with the others)."""
+    atomic.write_json(path, to_dict(report), outputs=outputs)
 
 
 def read_report(path: Path | str, kind: type[T]) -> T:
@@ -251,9 +254,9 @@ def history_columns(history: list[dict[str, float]]) -> tuple[str, ...]:
     return EPOCH_COLUMNS + tuple(column for column in CUSTOM_LOOP_COLUMNS if column in present)
 
 
-def write_history(path: Path | str, history: list[dict[str, float]]) -> None:
+def write_history(path: Path | str, history: list[dict[str, float]], *, outputs: atomic.Outputs | None = None) -> None:
     """Write a per-epoch history as CSV atomically, its columns in :func:`history_columns` order."""
-    atomic.write_csv(path, history, history_columns(history))
+    atomic.write_csv(path, history, history_columns(history), outputs=outputs)
 
 
 def read_history(path: Path) -> list[dict[str, float]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tensorflow.python.eager import context as _eager_context
@@ -171,6 +172,21 @@ def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], An
     model.train_tf_function = tf.function(lambda iterator: steps(iterator, model._steps_per_execution),
                                           reduce_retracing=True)
     return model.train_tf_function
+
+
+#: Where tf_keras's ``BackupAndRestore`` keeps its last finished epoch (0-based), and the chief's checkpoint folder.
+_BACKUP_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+_BACKUP_CHIEF_FOLDER = "chief"
+
+
+def backup_and_restore_checkpoint(folder: Path) -> str | None:
+    """The newest checkpoint tf_keras ``BackupAndRestore(folder)`` saved for the chief, or None."""
+    return tf.train.latest_checkpoint(str(folder / _BACKUP_CHIEF_FOLDER))
+
+
+def backup_and_restore_epochs(reader: Any) -> int:
+    """The epochs a ``BackupAndRestore`` checkpoint (read by ``tf.train.load_checkpoint``) had finished."""
+    return int(reader.get_tensor(_BACKUP_EPOCH)) + 1
 
 
 def runs_steps_in_one_function(model: Any) -> bool:

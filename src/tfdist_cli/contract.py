@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -20,7 +21,7 @@ from typing import Any
 
 import click
 
-from tfdist import native_logs
+from tfdist import atomic, native_logs
 from tfdist.errors import InputError, Interrupted, TaskFailed, TfdistError
 
 
@@ -88,6 +89,8 @@ def stage_errors() -> Iterator[None]:
     # A tracking store that does not answer: tfdist.tracking.outage says so once, not per retried request.
     for noisy in ("urllib3.connectionpool", "mlflow.system_metrics.system_metrics_monitor"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # MLflow logs each database error with its traceback before raising it; the raised one is reported here.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     # Warnings ParameterServer training gives for what it is meant to do here: in-memory per-worker
     # datasets, and a backup each epoch (whose saver TensorFlow traces anew, and calls that retracing).
     logging.getLogger("tensorflow").addFilter(_not_parameter_server_noise)
@@ -106,6 +109,24 @@ def stage_errors() -> Iterator[None]:
         if err.exit_at_once:
             native_logs.exit_now(err.exit_code)
         raise click.exceptions.Exit(err.exit_code) from None
+    except Exception as err:  # a full or read-only disk met outside tfdist's own writes (MLflow's, TensorFlow's)
+        exit_code = _disk_trouble(err)
+        if exit_code is None:
+            raise
+        what = atomic.disk_full_line(err) if exit_code == 1 else str(err)
+        if "database or disk is full" in what and "mlflow" in sys.modules:  # SQLite's words: the tracking store's disk
+            what = f"mlflow.tracking_uri {sys.modules['mlflow'].get_tracking_uri()}: {what}"
+        click.echo(f"error: {what}; free some space or make the folder writable, and run again", err=True)
+        raise click.exceptions.Exit(exit_code) from None
+
+
+def _disk_trouble(err: Exception) -> int | None:
+    """The exit code for a disk that filled (1) or cannot be written (2); None for any other error (a bug: traceback)."""
+    if atomic.is_disk_full(err):
+        return 1
+    if isinstance(err, OSError) and err.errno == errno.EROFS:
+        return 2
+    return None
 
 
 def _not_parameter_server_noise(record: logging.LogRecord) -> bool:

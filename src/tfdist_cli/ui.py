@@ -16,7 +16,7 @@ import click
 from tfdist.config import load_config
 from tfdist.errors import InputError
 from tfdist.tracking import addresses
-from tfdist.tracking.store import probe_store, redact, store_uri
+from tfdist.tracking.store import probe_store, redact, sqlite_path, store_uri
 from tfdist_cli.contract import config_options, stage_errors
 from tfdist_cli.serving import check_free, exec_mlflow_server
 
@@ -30,12 +30,12 @@ def ui(params_path: Path, overrides: tuple[str, ...], host: str, port: int) -> N
     with stage_errors():
         config = load_config(params_path, overrides)
         uri = store_uri(config.mlflow.tracking_uri)
-        scheme = probe_store(uri)
+        scheme = probe_store(uri, busy_timeout=config.mlflow.busy_timeout)
         if scheme in ("http", "https"):
             page = addresses.latest_runs_page(config.mlflow)
             click.echo(f"mlflow.tracking_uri is a server already: open {uri.rstrip('/')}/{page}")
             return
-        if scheme == "sqlite" and not Path(uri[len("sqlite:///"):]).is_file():
+        if scheme == "sqlite" and not sqlite_path(uri).is_file():
             raise InputError(f"mlflow.tracking_uri {config.mlflow.tracking_uri}: no store there yet; "
                              "run the pipeline first (dvc repro)")
         check_free(host, port)

@@ -62,3 +62,29 @@ def test_the_server_names_the_sgi_it_runs_under(monkeypatch):
     assert mlflow_private.served_by_uvicorn()
     monkeypatch.setenv("_MLFLOW_SGI_NAME", "gunicorn")
     assert not mlflow_private.served_by_uvicorn()
+
+
+def test_schema_revisions_start_at_the_revision_mlflow_creates_a_store_at(tmp_path):
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/new.db")
+    try:
+        mlflow_private.initialize_tables(engine)
+        with engine.connect() as connection:
+            created = connection.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).scalar_one()
+    finally:
+        engine.dispose()
+    revisions = mlflow_private.schema_revisions()
+    assert revisions[0] == created and len(revisions) == len(set(revisions)) > 10
+
+
+def test_forget_engine_makes_mlflow_read_a_replaced_store_file_anew(tmp_path):
+    import shutil
+
+    uri, other = f"sqlite:///{tmp_path}/mlflow.db", f"sqlite:///{tmp_path}/other.db"
+    mlflow.MlflowClient(uri).create_experiment("before")
+    mlflow.MlflowClient(other).create_experiment("after")
+    mlflow_private.forget_engine(other)
+    shutil.copyfile(tmp_path / "other.db", tmp_path / "mlflow.db.new")
+    (tmp_path / "mlflow.db.new").replace(tmp_path / "mlflow.db")  # another store put where the first was
+    mlflow_private.forget_engine(uri)
+    names = {e.name for e in mlflow.MlflowClient(uri).search_experiments()}
+    assert "after" in names and "before" not in names, "a new engine reads the new file, not the old one's connections"

@@ -8,6 +8,7 @@ stage; the input pipeline that feeds them to TensorFlow is :mod:`tfdist.train.in
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import zipfile
@@ -50,9 +51,13 @@ class PreparedData:
         return {"train": self.train, "val": self.val, "test": self.test}
 
 
-def save_prepared(data: PreparedData, out_dir: Path) -> None:
-    """Write ``train.npz``, ``val.npz``, ``test.npz`` into ``out_dir``, all or nothing."""
-    with atomic.atomic_path(out_dir) as tmp:
+def save_prepared(data: PreparedData, out_dir: Path, *, outputs: atomic.Outputs | None = None) -> None:
+    """Write ``train.npz``, ``val.npz``, ``test.npz`` into ``out_dir``, all or nothing (with ``outputs``: staged there)."""
+    with contextlib.ExitStack() as stack:
+        if outputs is None:
+            outputs = stack.enter_context(atomic.atomic_outputs())
+        size = sum(split.x.nbytes + split.y.nbytes + 1024 for split in data.splits().values())  # + npz headers
+        tmp = outputs.stage(out_dir, size=size)
         tmp.mkdir()
         for name, split in data.splits().items():
             np.savez(tmp / f"{name}.npz", x=split.x, y=split.y)

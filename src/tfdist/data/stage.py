@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tfdist import atomic
 from tfdist.config import Config, DataConfig
 from tfdist.data.prepared import CLASSES, PIXELS, Digits, PreparedData, save_prepared, splits_digest
 from tfdist.data.sources import RawDigits, load_source
@@ -88,10 +89,11 @@ def summarize(data: PreparedData) -> dict[str, Any]:
     return {"source": data.source, "splits": counts, "sha256": splits_digest(data.splits())}
 
 
-def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
-    """The preprocess stage: prepare the configured source into ``prepared_dir``; return the data summary."""
+def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None, *,
+               outputs: atomic.Outputs | None = None) -> dict[str, Any]:
+    """The preprocess stage: prepare the configured source into ``prepared_dir`` (staged in ``outputs``); its summary."""
     data = prepare(config.data, config.seed, cache_dir)
-    save_prepared(data, prepared_dir)
+    save_prepared(data, prepared_dir, outputs=outputs)
     summary = summarize(data)
     log.info("prepared %s: %s", data.source, {k: v["total"] for k, v in summary["splits"].items()})
     return summary

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ import mlflow
 from mlflow.exceptions import MlflowException
 
 from tfdist.config import MlflowConfig
-from tfdist.errors import InputError
-from tfdist.tracking.schema import create_from_schema
-from tfdist.tracking.store import DATABASE_DRIVERS, probe_store, redact, store_uri
+from tfdist.errors import InputError, RunError
+from tfdist.tracking.mlflow_private import forget_engine, schema_revisions
+from tfdist.tracking.schema import create_from_schema, discard_schema, lock_within
+from tfdist.tracking.store import DATABASE_DRIVERS, probe_store, redact, sqlite_path, store_uri
 from tfdist.workspace import workspace_root
 
 # The UI opens an experiment of this kind on its training runs (not the GenAI overview).
@@ -48,26 +50,52 @@ def configure(config: MlflowConfig) -> str:
     """
     uri = store_uri(config.tracking_uri)
     shown = redact(config.tracking_uri)
-    scheme = probe_store(uri)
+    scheme = probe_store(uri, busy_timeout=config.busy_timeout)
     lock: contextlib.AbstractContextManager = contextlib.nullcontext()
     if scheme == "sqlite":
-        database = Path(uri[len("sqlite:///"):])
+        database = sqlite_path(uri)
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
-        lock = _file_lock(database.with_name(database.name + ".lock"), shown)
+        lock = _file_lock(database.with_name(database.name + ".lock"), shown, config.busy_timeout)
     elif scheme in DATABASE_DRIVERS:
-        lock = _file_lock(_local_artifacts() / ".store.lock", shown)
+        lock = _file_lock(_local_artifacts() / ".store.lock", shown, config.busy_timeout)
     mlflow.set_tracking_uri(uri)
     with lock:
-        if scheme == "sqlite" and not database.exists():
-            create_from_schema(database)
+        created = scheme == "sqlite" and not database.exists() and create_from_schema(database)
         try:
-            experiment = _get_or_create_experiment(config.experiment, scheme)
+            try:
+                experiment = _get_or_create_experiment(config.experiment, scheme)
+            except MlflowException as err:
+                if not (created and _FOUND_REVISION.search(err.message)):
+                    raise
+                # the new store is a copy of a cached schema at another revision: made again, from a new cache
+                database.unlink()
+                forget_engine(uri)
+                discard_schema()
+                create_from_schema(database)
+                experiment = _get_or_create_experiment(config.experiment, scheme)
         except MlflowException as err:
-            raise InputError(f"mlflow.tracking_uri {shown}: cannot use the tracking store ({err.message})") from None
+            raise InputError(f"mlflow.tracking_uri {shown}: {_store_problem(err.message, uri)}") from None
     return experiment.experiment_id
+
+
+def _store_problem(message: str, uri: str) -> str:
+    """What is wrong with a store MLflow refused, and the fix: MLflow's own advice fits an older schema only."""
+    found = _FOUND_REVISION.search(message)
+    if found is None:
+        return f"cannot use the tracking store ({message.splitlines()[0]})"
+    revisions = schema_revisions()
+    if found.group(1) in revisions:
+        return (f"its schema is from an older MLflow (revision {found.group(1)}; MLflow {mlflow.__version__} needs "
+                f"{revisions[0]}); back it up, then upgrade it in place: mlflow db upgrade {uri}")
+    return (f"its schema revision {found.group(1)} is unknown to MLflow {mlflow.__version__}: a newer MLflow wrote it; "
+            "upgrade MLflow (pip install -U mlflow) or point mlflow.tracking_uri at another store")
+
+
+#: MLflow's words for a store at another schema revision than its own.
+_FOUND_REVISION = re.compile(r"out-of-date database schema \(found version (\w+)")
 
 
 def _local_artifacts() -> Path:
@@ -109,14 +137,18 @@ def _slug(name: str) -> str:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path, shown: str) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for the block (released if the process dies)."""
+def _file_lock(path: Path, shown: str, timeout: float) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (released if the process dies), waited for ``timeout`` seconds at most."""
     try:
         handle = open(path, "a")
     except OSError as err:
         raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path.parent} ({err.strerror})") from None
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            lock_within(handle, timeout)
+        except TimeoutError:
+            raise RunError(f"mlflow.tracking_uri {shown}: another process has held {path} for {timeout:.0f} s "
+                           "(mlflow.busy_timeout) while it creates the store; stop it and run again") from None
         try:
             yield
         finally:

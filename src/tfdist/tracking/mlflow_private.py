@@ -40,6 +40,27 @@ def initialize_tables(engine: Any) -> None:
     _initialize_tables(engine)
 
 
+def schema_revisions() -> list[str]:
+    """MLflow's schema revisions, newest first: what its ``mlflow db upgrade`` can migrate from."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    return [script.revision for script in ScriptDirectory.from_config(_get_alembic_config(db_url="")).walk_revisions()]
+
+
+def forget_engine(uri: str) -> None:
+    """Close the database engine MLflow keeps for ``uri``, so that the next store it opens there reads the file anew.
+
+    MLflow keeps one engine per URI for the process's life, with its
+    connections open: a store file replaced under it would not be seen.
+    """
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    engine = SqlAlchemyStore._engine_map.pop(uri, None)
+    if engine is not None:
+        engine.dispose()
+
+
 def served_by_uvicorn() -> bool:
     """Whether ``mlflow server`` runs its app under uvicorn (FastAPI in front of Flask) rather than gunicorn/waitress."""
     from mlflow.environment_variables import _MLFLOW_SGI_NAME

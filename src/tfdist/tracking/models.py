@@ -104,9 +104,14 @@ def load_model(path: Path) -> Any:
     """Load a Keras model saved by :func:`save_model`.
 
     Raises:
-        InputError: the folder is missing or is not an MLflow model.
+        InputError: the folder is missing, is not an MLflow model, or its files are damaged.
     """
     check_model(path)
     import mlflow.tensorflow  # imports TensorFlow: only where a model is loaded
 
-    return mlflow.tensorflow.load_model(str(path))
+    try:
+        return mlflow.tensorflow.load_model(str(path))
+    except Exception as err:  # noqa: BLE001  Keras, h5py and MLflow each raise their own for a damaged file
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{path} holds a damaged model ({reason}); bring it back with dvc checkout {path}, "
+                         "or train it again") from None

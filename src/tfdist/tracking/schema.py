@@ -12,11 +12,15 @@ would have. Where the cache cannot be written, MLflow creates the store itself.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import shutil
+import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
 import mlflow
 
@@ -53,15 +57,32 @@ def create_from_schema(database: Path) -> bool:
     return True
 
 
+def discard_schema() -> None:
+    """Forget the cached schema: MLflow found a store copied from it at another revision than its own."""
+    schema = _schema_file()
+    log.warning("the schema cache %s is not MLflow %s's; it is made again", schema, mlflow.__version__)
+    schema.unlink(missing_ok=True)
+
+
+def _schema_file() -> Path:
+    return cache_folder() / f"mlflow-{mlflow.__version__}-schema.db"
+
+
 def _schema() -> Path:
-    """The empty store at MLflow's newest schema revision, migrated on first use for this MLflow version."""
-    folder = cache_folder()
-    schema = folder / f"mlflow-{mlflow.__version__}-schema.db"
-    if schema.is_file():
+    """The empty store at MLflow's newest schema revision, migrated on first use for this MLflow version.
+
+    A cache that is not a store (truncated, garbage: another program's, a
+    full disk's) is made again; it is only a cache.
+    """
+    schema = _schema_file()
+    if schema.is_file() and _revision(schema) is not None:
         return schema
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{schema.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+    schema.parent.mkdir(parents=True, exist_ok=True)
+    with open(schema.parent / f"{schema.name}.lock", "a") as lock:
+        lock_within(lock, _CACHE_LOCK_SECONDS)  # released as the file closes
+        if schema.is_file() and _revision(schema) is None:
+            log.warning("the schema cache %s is damaged; it is made again", schema)
+            schema.unlink()
         if not schema.is_file():
             import sqlalchemy
             with atomic_path(schema) as staged:
@@ -71,3 +92,29 @@ def _schema() -> Path:
                 finally:
                     engine.dispose()
     return schema
+
+
+#: Seconds to wait for another process making the cache (one migration takes seconds); then MLflow makes the store.
+_CACHE_LOCK_SECONDS = 60.0
+
+
+def lock_within(handle: Any, seconds: float) -> None:
+    """An exclusive ``flock`` on ``handle`` (released when it closes), or TimeoutError after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"another process has held {handle.name} for {seconds:.0f} s") from None
+            time.sleep(0.1)
+
+
+def _revision(schema: Path) -> str | None:
+    """The schema revision ``schema`` holds, or None when it is no store."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{schema}?mode=ro", uri=True)) as connection:
+            return connection.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+    except (sqlite3.Error, TypeError):
+        return None

@@ -8,15 +8,21 @@ with its password hidden.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
+import sqlite3
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tfdist.errors import InputError
+from tfdist.errors import InputError, RunError
 from tfdist.workspace import workspace_root
+
+log = logging.getLogger(__name__)
 
 #: URI schemes of a database MLflow opens directly, and the Python driver SQLAlchemy (2.1+) loads for each.
 DATABASE_DRIVERS = {"postgresql": "psycopg", "postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
@@ -40,14 +46,17 @@ def redact(uri: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def probe_store(uri: str) -> str:
-    """Check in seconds that a server answers at ``uri``, or that its database driver is here and the database answers.
+def probe_store(uri: str, busy_timeout: float = 30.0) -> str:
+    """Check in seconds that the store at ``uri`` can be used: a server answers, a database answers, a sqlite file is a store.
 
     Returns the URI's scheme. Raises InputError naming the URI (password
-    hidden) and the fix.
+    hidden) and the fix; RunError for a sqlite store another program keeps
+    locked for longer than ``busy_timeout`` seconds.
     """
     scheme = uri.split(":", 1)[0].lower()
-    if scheme in ("http", "https"):
+    if scheme == "sqlite":
+        probe_sqlite(uri, redact(uri), busy_timeout)
+    elif scheme in ("http", "https"):
         _probe_server(uri, redact(uri))
     elif scheme in DATABASE_DRIVERS:
         _probe_database(uri, redact(uri), DATABASE_DRIVERS[scheme])
@@ -77,6 +86,69 @@ def _probe_database(uri: str, shown: str, driver: str) -> None:
     finally:
         engine.dispose()
 
+
+def sqlite_path(uri: str) -> Path:
+    """The file of a ``sqlite:///`` URI (a query string, if any, left out)."""
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+
+
+def probe_sqlite(uri: str, shown: str, busy_timeout: float) -> None:
+    """Refuse a sqlite file that is not a store (garbage, damaged, foreign); wait, bounded, for one another program locks.
+
+    Read with Python's own sqlite3, before MLflow (which would say
+    ``file is not a database`` in a 40-line SQLAlchemy traceback, or wait on a
+    lock and then fail the same way). A missing or empty file is a new store.
+    """
+    path = sqlite_path(uri)
+    if path.is_dir():
+        raise InputError(f"mlflow.tracking_uri {shown}: {path} is a folder, not a store; point the URI at a file")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    deadline = time.monotonic() + busy_timeout
+    waiting = False
+    while True:
+        try:
+            tables = _read_tables(path, timeout=min(1.0, busy_timeout))
+            break
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) and "busy" not in str(err):
+                raise _damaged(shown, path, err) from None
+            if time.monotonic() >= deadline:
+                raise RunError(
+                    f"mlflow.tracking_uri {shown}: still locked by another program after {busy_timeout:.0f} s "
+                    "(mlflow.busy_timeout); close what holds it (a SQLite browser, a backup job, another tfdist on a "
+                    "shared folder) and run again"
+                ) from None
+            if not waiting:
+                log.warning("waiting up to %.0f s (mlflow.busy_timeout) for %s: another program holds it locked",
+                            busy_timeout, path)
+                waiting = True
+        except sqlite3.DatabaseError as err:
+            raise _damaged(shown, path, err) from None
+    if tables and "alembic_version" not in tables:
+        raise InputError(
+            f"mlflow.tracking_uri {shown}: an SQLite database but not an MLflow store (no alembic_version table); "
+            "point mlflow.tracking_uri at another file"
+        )
+
+
+def _read_tables(path: Path, timeout: float) -> set[str]:
+    """The names of ``path``'s tables, once SQLite's own quick check passes and a write lock could be taken."""
+    with contextlib.closing(sqlite3.connect(path, timeout=timeout, isolation_level=None)) as connection:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        problem = connection.execute("PRAGMA quick_check(1)").fetchone()[0]
+        if problem != "ok":
+            raise sqlite3.DatabaseError(problem)
+        connection.execute("BEGIN IMMEDIATE")  # what MLflow's first write will need
+        connection.execute("ROLLBACK")
+    return tables
+
+
+def _damaged(shown: str, path: Path, err: Exception) -> InputError:
+    return InputError(
+        f"mlflow.tracking_uri {shown}: not a readable MLflow store ({err}); move it aside "
+        f"(mv {path} {path}.damaged) to start a new one there, or point mlflow.tracking_uri at another file"
+    )
 
 
 #: MLflow retries a failing HTTP request 7 times with backoff (minutes); a stage should fail in seconds.

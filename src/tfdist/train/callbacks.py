@@ -93,8 +93,14 @@ class StartupTimer(keras.callbacks.Callback):
 
 
 def steady_state(history: list[dict[str, float]]) -> tuple[float, float]:
-    """``(steady epoch seconds, first-epoch overhead)`` from per-epoch training times."""
+    """``(steady epoch seconds, first-epoch overhead)`` from per-epoch training times; zeros for no epoch.
+
+    No epoch: a worker that resumed a backup holding every epoch trained none,
+    and keeps no history (the chief's backup does).
+    """
     seconds = [row["epoch_seconds"] for row in history]
+    if not seconds:
+        return 0.0, 0.0
     steady = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
     return steady, max(0.0, seconds[0] - steady)
 

@@ -19,7 +19,7 @@ from tfdist import atomic
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data.prepared import load_split, splits_digest
 from tfdist.hardware import CpuMeter, Hardware, describe
-from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label
+from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label, write_history, write_report
 from tfdist.tf_imports import keras, tf
 from tfdist.tracking import experiment, models, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable
@@ -29,7 +29,7 @@ from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
 from tfdist.train.resume import RunBackup
-from tfdist.train.resume_callbacks import ResumePoint
+from tfdist.train.resume_callbacks import ResumePoint, checkpoint_damage
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
 
@@ -76,13 +76,36 @@ class TrackedEpochs(ResumePoint):
 class ChiefRun(TaskRun):
     """A training run that tracks in MLflow, saves the model and reports: the only process, or a cluster's chief."""
 
+    #: The MLflow run of a damaged backup set aside at start, to close.
+    abandoned_run_id: str | None = None
+
+    def start(self) -> None:
+        """Set a damaged backup aside, then build the strategy.
+
+        Before the cluster is joined: the other workers build theirs, and read
+        the backup, only once the chief has joined, so none restores from it.
+        A damaged backup never blocks training: it is kept for a look, out of
+        the way, and the run starts afresh (a crash costs a retraining, as it
+        would without backups).
+        """
+        if not all(path.is_file() for path in self.data_files):
+            return super().start()  # :meth:`load` names what is missing
+        backup = RunBackup(self.paths.backups / self.name / self.run_key()).load()
+        why = backup.damage or checkpoint_damage(backup, self.spec.backup)
+        if why:
+            self.abandoned_run_id = backup.run_id  # closed once the store is open (:meth:`open`)
+            backup.set_aside(why)
+        super().start()
+
     def train(self) -> TrainOutputs:
         """Track, train, save and report: what the train stage writes.
 
-        The model is staged and renamed into place only once the run has
-        recorded it and ended: a store that stops answering for good
-        (:mod:`tfdist.tracking.outage`) leaves no output, and the backup keeps
-        what a rerun needs to finish into the same run without training.
+        The model, and with ``paths.reports`` the report and history, are
+        staged and renamed into place together, only once the run has recorded
+        them and ended: a store that stops answering for good
+        (:mod:`tfdist.tracking.outage`) or a full disk leaves every output as it
+        was, and the backup keeps what a rerun needs to finish into the same run
+        without training.
         """
         parent = self.open()
         support = announce(self.config.train.precision)
@@ -90,7 +113,7 @@ class ChiefRun(TaskRun):
         patience = Patience(self.config.mlflow.outage_timeout, redact(self.config.mlflow.tracking_uri))
         run_id, outbox = resumed_run_id, None
         try:
-            with atomic.atomic_path(self.paths.model) as staged_model, runs.start_run(
+            with atomic.atomic_outputs() as outputs, runs.start_run(
                     self.title, params=self.params(), tags=self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
                     system_metrics=True, patience=patience) as run_id:
                 self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
@@ -106,17 +129,21 @@ class ChiefRun(TaskRun):
                         raise
                     patience.restart_clock()
                     costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
-                    digest = self.save(result, staged_model, patience)
+                    digest = self.save(result, outputs.stage(self.paths.model), patience)
                     runs.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)},
                                          patience=patience)
                     outbox.flush()
                 finally:
                     outbox.close()
+                trained = TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)
+                if self.paths.reports is not None:
+                    write_history(self.paths.reports / "history" / f"{self.name}.csv", trained.history, outputs=outputs)
+                    write_report(self.paths.reports / f"{self.name}.json", trained.report, outputs=outputs)
         except StoreUnreachable as err:
             unsent = outbox.unsent() if outbox else []
             raise StoreUnreachable(self.not_recorded(str(err), run_id, unsent, patience)) from None
         self.backup.remove()
-        return TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)
+        return trained
 
     def not_recorded(self, stopped_at: str, run_id: str | None, unsent: list, patience: Patience) -> str:
         """The one line for a store that never came back: what it lacks, and that a rerun finishes the run."""
@@ -136,6 +163,9 @@ class ChiefRun(TaskRun):
         Returns the execution's parent run, under which this run nests.
         """
         experiment.configure(self.config.mlflow)
+        if self.abandoned_run_id and runs.close_if_running(self.abandoned_run_id, "KILLED"):
+            log.info("closed MLflow run %s as KILLED: its backup was damaged, so this run starts afresh",
+                     self.abandoned_run_id)
         for backup in self.stale:
             if backup.run_id and runs.close_if_running(backup.run_id, "KILLED"):
                 log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tfdist import atomic
 from tfdist.config import Config, TrainConfig
 from tfdist.data.prepared import Digits
 from tfdist.distribute.builders import StrategyInfo
@@ -128,16 +129,22 @@ def train_model(
         if plan.val_steps:  # an endless validation input (FitPlan.val_input)
             val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
     started = time.perf_counter()
-    fit = model.fit(
-        train_input,
-        validation_data=val_input,
-        validation_steps=plan.val_steps,
-        epochs=config.train.epochs,
-        initial_epoch=initial_epoch,
-        steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-        callbacks=[startup, timer, DivergenceGuard(), *resume, *callbacks],
-        verbose=2,
-    )
+    try:
+        fit = model.fit(
+            train_input,
+            validation_data=val_input,
+            validation_steps=plan.val_steps,
+            epochs=config.train.epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
+            callbacks=[startup, timer, DivergenceGuard(), *resume, *callbacks],
+            verbose=2,
+        )
+    except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
+        if backup is None or not atomic.is_disk_full(err):
+            raise
+        raise atomic.disk_full_in(backup.folder.parent.parent, "while backing up an epoch",
+                                  "training resumes from the last epoch backed up") from None
     seconds = time.perf_counter() - started
     history = _epochs(fit.history, fit.epoch)
     resumed_at = history[0]["epoch"] - 1 if history else config.train.epochs
@@ -246,9 +253,9 @@ class FitPlan:
             traces={"train": tracing_count(getattr(model, "train_function", None)),
                     "test": tracing_count(getattr(model, "test_function", None))},
             train_seconds=seconds,
-            samples_per_second=samples * len(history) / sum(row["epoch_seconds"] for row in history),
+            samples_per_second=samples * len(history) / (sum(row["epoch_seconds"] for row in history) or float("inf")),
             resumed_at_epoch=resumed_at, steady_epoch_seconds=steady, first_epoch_overhead_seconds=first_overhead,
-            steady_samples_per_second=samples / steady, startup_seconds=startup_seconds,
+            steady_samples_per_second=samples / steady if steady else 0.0, startup_seconds=startup_seconds,
         )
 
 

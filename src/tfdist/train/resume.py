@@ -31,7 +31,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +71,8 @@ class RunBackup:
 
     folder: Path
     state: dict[str, Any] = field(default_factory=dict)
+    #: Why this backup cannot be resumed from (None: it can, or there is none).
+    damage: str | None = None
 
     @property
     def state_file(self) -> Path:
@@ -82,15 +86,38 @@ class RunBackup:
     def history(self) -> list[dict[str, float]]:
         return list(self.state.get("history", []))
 
+    @property
+    def checkpoint_folder(self) -> Path:
+        """Where the model and optimizer are backed up (:mod:`tfdist.train.resume_callbacks`)."""
+        return self.folder / "keras"
+
     def load(self) -> RunBackup:
+        """Read ``state.json``; a state that cannot be what :meth:`save` wrote leaves it empty and says why in :attr:`damage`."""
+        self.state, self.damage = {}, None
         try:
-            self.state = json.loads(self.state_file.read_text())
+            state = json.loads(self.state_file.read_text())
         except FileNotFoundError:
-            self.state = {}
-        except (OSError, json.JSONDecodeError) as err:
-            log.warning("ignoring unreadable backup state %s (%s)", self.state_file, err)
-            self.state = {}
+            if self.checkpoint_folder.exists():
+                self.damage = "a model checkpoint without its state.json"
+            return self
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            self.damage = f"state.json is unreadable: {err}"
+            return self
+        if not _valid_state(state):
+            self.damage = "state.json does not hold a run id and a history of epochs"
+            return self
+        self.state = state
         return self
+
+    def set_aside(self, why: str) -> Path:
+        """Move this damaged backup into ``<backups>/.damaged/``, so that training starts afresh; where it went."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        target = self.folder.parent.parent / ".damaged" / f"{self.folder.parent.name}-{self.folder.name}-{stamp}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.folder, target)
+        log.warning("the backup in %s is damaged (%s): set aside in %s; training starts afresh", self.folder, why, target)
+        self.state, self.damage = {}, None
+        return target
 
     def save(self, **values: Any) -> None:
         self.state.update(values)
@@ -115,6 +142,16 @@ class RunBackup:
         shutil.rmtree(self.folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.folder.parent.rmdir()
+
+
+def _valid_state(state: Any) -> bool:
+    """Whether ``state`` has the shape :meth:`RunBackup.save` gives it: a dict whose history rows each name their epoch."""
+    if not isinstance(state, dict):
+        return False
+    history = state.get("history", [])
+    return (isinstance(state.get("mlflow_run_id", ""), str) and isinstance(history, list)
+            and all(isinstance(row, dict) and isinstance(row.get("epoch"), int | float) for row in history)
+            and isinstance(state.get(METRIC_TIMESTAMPS, {}), dict))
 
 
 def backups_of(root: Path, name: str) -> list[RunBackup]:

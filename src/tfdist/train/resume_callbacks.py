@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.tf_imports import keras, tf
+from tfdist.tf_private import backup_and_restore_checkpoint, backup_and_restore_epochs
 from tfdist.train.resume import RunBackup
 
 #: Resume messages keep the name of the feature users look for in the log.
 resume_log = logging.getLogger("tfdist.train.resume")
+#: The variable :class:`_EpochCheckpoint` keeps the finished epochs in, as ``tf.train.Checkpoint`` names it.
+_EPOCH_VARIABLE = "epoch/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> tuple[list[Any], int]:
@@ -38,13 +41,41 @@ def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> 
     callbacks: list[Any] = [_ResumeAnnouncer(backup.folder)]
     if record:
         callbacks.append(_HistoryRecorder(backup))
-    keras_dir = backup.folder / "keras"
+    keras_dir = backup.checkpoint_folder
     if kind == "keras":
         callbacks.append(keras.callbacks.BackupAndRestore(str(keras_dir), save_freq="epoch", delete_checkpoint=False))
         return callbacks, 0
     checkpoint = _EpochCheckpoint(model, keras_dir)
     callbacks.append(checkpoint)
     return callbacks, checkpoint.restore()
+
+
+def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
+    """Why ``backup``'s model checkpoint cannot be resumed from with its history (None: it can, or there is none).
+
+    Every tensor is read, so a truncated or garbled checkpoint is found here,
+    not by ``fit`` mid-restore; and every epoch the checkpoint finished must
+    have its row in the history, which ``state.json`` records before the model.
+    """
+    folder = backup.checkpoint_folder
+    if kind == "keras":
+        latest = backup_and_restore_checkpoint(folder)
+    else:
+        latest = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+    if latest is None:
+        return None
+    try:
+        reader = tf.train.load_checkpoint(latest)
+        for variable in reader.get_variable_to_shape_map():
+            reader.get_tensor(variable)
+        done = backup_and_restore_epochs(reader) if kind == "keras" else int(reader.get_tensor(_EPOCH_VARIABLE))
+    except Exception as err:  # noqa: BLE001  TensorFlow's reader raises OpError, ValueError, or IndexError
+        # ("Read less bytes than requested") for a truncated file: any of them means it cannot be resumed from
+        return f"its checkpoint {latest} is unreadable: {str(err).strip().splitlines()[0]}"
+    recorded = {int(row["epoch"]) for row in backup.history}
+    if not set(range(1, done + 1)) <= recorded:
+        return f"its checkpoint finished {done} epoch(s) but state.json's history has {len(recorded)}"
+    return None
 
 
 class ResumePoint(keras.callbacks.Callback):

@@ -89,8 +89,17 @@ class TaskRun:
         """The training and validation splits, and this run's backup (plus stale ones under other params)."""
         prepared = self.paths.prepared
         self.train_split, self.val_split = load_split(prepared, "train"), load_split(prepared, "val")
-        self.key = run_key(self.config, self.spec.name, [prepared / "train.npz", prepared / "val.npz"])
+        self.key = self.run_key()
         self.backup, self.stale = open_backup(self.paths.backups, name=self.name, key=self.key)
+
+    def run_key(self) -> str:
+        """The key of this run's backup: what decides its result (:func:`tfdist.train.resume.run_key`)."""
+        return run_key(self.config, self.spec.name, self.data_files)
+
+    @property
+    def data_files(self) -> list[Path]:
+        """The prepared files training reads (their bytes are in the backup's key)."""
+        return [self.paths.prepared / "train.npz", self.paths.prepared / "val.npz"]
 
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
         """Train, backing up every epoch (and resuming from the backup when it holds epochs).

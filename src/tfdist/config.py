@@ -25,6 +25,9 @@ from tfdist.errors import InputError
 
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
+MODEL_KINDS = ("mlp", "cnn", "builder")
+#: ``model.builder``: an importable module path, a colon, a function name.
+_BUILDER = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 MIXED_PRECISIONS = PRECISIONS[1:]
 CLIP_METHODS = ("none", "global_norm", "norm", "value")
@@ -58,7 +61,7 @@ class ConfigError(InputError):
 
 
 def _knob(default: Any, decides: tuple[str, ...], role: str = "result", **rules: Any) -> Any:
-    """A dataclass field carrying what it decides and its validation rules (ge, gt, lt, choices, item_*, min_len).
+    """A dataclass field carrying what it decides and its validation rules (ge, gt, lt, choices, item_*, min_len, empty).
 
     Args:
         decides: the kinds of stage (:data:`STAGES`) whose outputs or MLflow records
@@ -93,15 +96,33 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The seed MLP: 784 -> Dense(relu) x N -> Dropout -> Dense(10, softmax).
+    """What is trained (:mod:`tfdist.train.architectures`).
 
     Attributes:
-        hidden_units: width of each hidden Dense layer.
-        dropout: dropout rate after the hidden layers.
+        kind: ``mlp``, the seed MLP: 784 -> Dense(relu) x N -> Dropout -> Dense(10, softmax);
+            ``cnn``, Keras's "Simple MNIST convnet": Conv2D(32, 3) -> MaxPool -> Conv2D(64, 3)
+            -> MaxPool -> Flatten -> Dropout -> Dense(10, softmax);
+            ``builder``, the user's own model from ``builder``.
+        hidden_units: width of each hidden Dense layer (mlp).
+        dropout: dropout rate before the output layer (mlp, cnn).
+        builder: ``package.module:function`` (kind builder): called with the input shape
+            (28, 28, 1) and the number of classes (10), it returns an uncompiled Keras model
+            whose output is the 10 class probabilities.
     """
 
+    kind: str = _knob("mlp", decides=_TRAIN, choices=MODEL_KINDS)
     hidden_units: list[int] = _knob([128], decides=_TRAIN, item_ge=1, min_len=1)
     dropout: float = _knob(0.2, decides=_TRAIN, ge=0.0, lt=1.0)
+    builder: str = _knob("", decides=_TRAIN, empty=True)
+
+    def __post_init__(self) -> None:
+        if self.kind == "builder" and not _BUILDER.fullmatch(self.builder):
+            raise ConfigError(
+                f"model.kind builder needs model.builder as package.module:function, e.g. user_models.lenet:build; "
+                f"got {self.builder!r}")
+        if self.builder and self.kind != "builder":
+            raise ConfigError(f"model.builder {self.builder!r} is used only with model.kind: builder (model.kind is "
+                              f"{self.kind}); set model.kind: builder, or model.builder: ''")
 
 
 @dataclass(frozen=True)
@@ -388,6 +409,8 @@ def _check(key: str, value: Any, kind: Any, rules: typing.Mapping[str, Any]) -> 
             raise ConfigError(f"{key} must list at least {rules['min_len']} item(s)")
         item_rules = {k[5:]: v for k, v in rules.items() if k.startswith("item_")}
         return [_check(f"{key}[{i}]", v, item_kind, item_rules) for i, v in enumerate(value)]
+    if rules.get("empty") and value in ("", None):  # a string knob that may be left unset
+        return ""
     value = _coerce(key, value, kind)
     choices = rules.get("choices")
     if choices is not None and value not in choices:

@@ -55,6 +55,9 @@ def test_multi_worker_mirrored_trains_two_local_workers_to_identical_weights(wor
     report = json.loads((workdir / "reports" / "multi_worker_mirrored.json").read_text())
     assert (report["replicas"], report["workers"], report["ps"], report["synchronous"]) == (2, 2, 0, True)
     assert report["global_batch_size"] == 50
+    history = [row.split(",") for row in (workdir / "reports" / "history" / "multi_worker_mirrored.csv").read_text().split()]
+    val_accuracy = [float(row[history[0].index("val_accuracy")]) for row in history[1:]]
+    assert 0.5 < max(val_accuracy) <= 1.0, "the workers' validation, read across them (not their sum: 1.8 before)"
     digests = dict(re.findall(r"\[(worker-\d)\] INFO tfdist\.[\w.]+: worker-\d: final weights sha256 (\w+)", result.stderr))
     assert set(digests) == {"worker-0", "worker-1"}, result.stderr[-3000:]
     assert digests["worker-0"] == digests["worker-1"] == report["weights_sha256"]

@@ -199,3 +199,19 @@ def test_all_three_kinds_of_distribution_in_one_experiment(project):
     runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="paradigms")}
     assert runs["pipeline_parallel"].data.metrics["bubble_theory"] == pytest.approx(1 / 6)
     assert runs["model_parallel"].data.tags["strategy"] == "model_parallel"
+
+
+def test_the_convnet_runs_end_to_end_from_one_dvc_exp_run(project):
+    """`dvc exp run -S model.kind=cnn`, as the README shows: Keras's simple MNIST convnet, normal and across workers."""
+    output = run_in_project(["dvc", "exp", "run", "-n", "convnet", "-S", "model.kind=cnn", "-S",
+                             "distributed.strategies=[multi_worker_mirrored]"], project)
+    assert "Running stage 'preprocess'" not in output and "Running stage 'train-normal'" in output
+    comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
+    assert sorted(comparison["runs"]) == ["multi_worker_mirrored", "normal"]
+    for name, row in comparison["runs"].items():
+        report = json.loads((project / "reports" / "train" / f"{name}.json").read_text())
+        assert report["params_per_device"][0] == 34_826, "the convnet's parameters on each replica"
+        assert row["test_accuracy"] > 0.8, name
+    assert comparison["scaling"][0]["gradient_bytes"] == 4 * 34_826
+    runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="convnet")}
+    assert runs["normal"].data.params["model.kind"] == "cnn"

@@ -62,9 +62,9 @@ def test_metrics_can_be_added_to_a_finished_run(store):
 
 def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
     from tfdist.config import ModelConfig
-    from tfdist.train.models import build_seed_model
+    from tfdist.train.models import build_sequential
 
-    model = build_seed_model(ModelConfig(hidden_units=[8]))
+    model = build_sequential(ModelConfig(hidden_units=[8]))
     example = __import__("numpy").zeros((2, 784), dtype="float32")
     models.save_model(model, tmp_path / "m", example=example, log_to_run=False)
     loaded = models.load_model(tmp_path / "m")
@@ -81,13 +81,13 @@ def test_unusable_store_fails_before_training(tmp_path):
 
 def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(tmp_path, store):
     from tfdist.config import ModelConfig
-    from tfdist.train.models import build_seed_model
+    from tfdist.train.models import build_sequential
 
     example = __import__("numpy").zeros((2, 784), dtype="float32")
     versions = []
     for strategy in ("default", "mirrored"):
         with runs.start_run(strategy, params={}, tags={}):
-            model = build_seed_model(ModelConfig(hidden_units=[8]))
+            model = build_sequential(ModelConfig(hidden_units=[8]))
             versions.append(models.save_model(model, tmp_path / strategy, example=example, log_to_run=True,
                                                 register_as="digits", version_tags={"strategy": strategy}))
     assert versions == ["1", "2"]

@@ -6,7 +6,7 @@ import pytest
 from tfdist.config import ModelConfig
 from tfdist.distribute.placement import device_of
 from tfdist.tf_imports import keras
-from tfdist.train.models import DigitClassifier, PipelineClassifier, build_model, build_seed_model
+from tfdist.train.models import DigitClassifier, PipelineClassifier, build_model, build_sequential
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, TWO_DEVICES
 
@@ -88,7 +88,7 @@ def test_fit_reads_the_metrics_on_the_last_step_of_each_execution_only_with_the_
     trained = {}
     for kind in ("tf_keras", "tfdist"):
         keras.utils.set_random_seed(5)
-        model = build_seed_model(MODEL) if kind == "tf_keras" and loop == "fit" else build_model(MODEL, loop)
+        model = build_sequential(MODEL) if kind == "tf_keras" and loop == "fit" else build_model(MODEL, loop)
         if kind == "tf_keras" and loop == "custom":  # the subclassed model with tf_keras's own train function
             model.make_train_function = lambda force=False, m=model: keras.Model.make_train_function(m, force)
         reads, logs = Reads(), Logs()

@@ -96,11 +96,11 @@ def test_policies_do_not_leak_between_models(params_file):
     plain = build_model(model_config, "custom")
     assert len(trained_weights(mixed)) == 4, "two Dense layers; the gradient-norm metrics are not parameters"
     assert keras.mixed_precision.global_policy().name == before
-    assert mixed.hidden[0].compute_dtype == "float16" and mixed.hidden[0].variable_dtype == "float32"
-    assert mixed.classifier.compute_dtype == "float32", "the output layer stays float32"
+    assert mixed.stack[0].compute_dtype == "float16" and mixed.stack[0].variable_dtype == "float32"
+    assert mixed.stack[-1].compute_dtype == "float32", "the output layer stays float32"
     assert mixed(np.zeros((2, 784), np.float32)).dtype == tf.float32
     assert all(v.dtype == tf.float32 for v in mixed.weights)
-    assert plain.hidden[0].compute_dtype == "float32"
+    assert plain.stack[0].compute_dtype == "float32"
 
 
 def test_mixed_float16_recovers_from_a_huge_initial_loss_scale(tmp_path, prepared_dir):

@@ -49,7 +49,7 @@ def test_the_train_stage_trains_a_split_model_and_reports_what_it_costs(workdir,
     (["--strategy", "pipeline_parallel", "--set", "train.loop=custom", "--set", "distributed.micro_batches=5"],
      "error: distributed.micro_batches 5 does not divide train.batch_size 32"),
     (["--strategy", "model_parallel", "--set", "distributed.devices=3"],
-     "error: distributed.devices 3 > the 2 layers of the model (model.hidden_units [128] and the output)"),
+     "error: distributed.devices 3 > the 2 layer(s) with weights of the model (model.hidden_units [128] and the output)"),
     (["--strategy", "model_parallel", "--set", "train.jit_compile=true"],
      "error: train.jit_compile true: XLA compiles a step for one device"),
 ])
@@ -61,7 +61,12 @@ def test_a_combination_a_split_cannot_train_exits_2_saying_why(workdir, sets, me
 
 
 def test_mixed_precision_activations_count_half_the_bytes(workdir):
+    from tfdist.train.models import build_model
     from tfdist.train.step_costs import _activation_bytes
 
     config = load_config(workdir / "params.yaml", ("model.hidden_units=[64]", "train.precision=mixed_bfloat16"))
-    assert _activation_bytes(config, 2, 32) == 2 * 32 * 64 * 2
+    model = build_model(config.model, "custom", list(TWO_DEVICES))
+    assert _activation_bytes(config, model, 32) == 2 * 32 * 64 * 2, "the hidden layer's output crosses, both ways"
+    cnn = load_config(workdir / "params.yaml", ("model.kind=cnn",))
+    model = build_model(cnn.model, "custom", list(TWO_DEVICES))
+    assert _activation_bytes(cnn, model, 32) == 2 * 32 * (5 * 5 * 64) * 4, "the second pooling's output crosses"

@@ -26,8 +26,8 @@ CHECKED = ("Checked on 2 emulated machines (a core and a network namespace each,
            "real network, it is unchecked.")
 
 
-def verdict(rows: list[RunRow]) -> str:
-    """One or two sentences, from the numbers, on whether distributing paid off and why."""
+def verdict(rows: list[RunRow], projections: list[Projection] = (), network: Network | None = None) -> str:
+    """One or two sentences, from the numbers, on whether distributing paid off and why; and where more machines would."""
     normal, others = rows[0], rows[1:]
     if not others:
         return "Only normal training ran; list strategies under distributed.strategies to compare."
@@ -44,7 +44,36 @@ def verdict(rows: list[RunRow]) -> str:
     else:
         head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best.name}, ran at "
                 f"{best.speedup:.2f}x the speed of normal training ({pace}, {accuracy}).")
-    return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal)) if part)
+    beyond = _across_machines(rows, projections, network) if best.speedup < 1 + _NOISE and network else ""
+    return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal), beyond) if part)
+
+
+def _across_machines(rows: list[RunRow], projections: list[Projection], network: Network) -> str:
+    """Where the projection says distributing pays across machines: which run, how many, on which network, what it gains.
+
+    The machine count named is the largest of :data:`PROJECTED_MACHINES` at which
+    every machine still adds at least half a machine's worth (speed-up / N >= 1/2),
+    else the fewest that pay at all. Empty where no projected run pays.
+    """
+    paying = [(p, n) for p in projections for n in PROJECTED_MACHINES
+              if p.projected_speedup[str(n)] >= 1 + _NOISE]
+    if not paying:
+        return ""
+    efficient = [(p, n) for p, n in paying if p.projected_speedup[str(n)] / n >= 0.5]
+    p, n = max(efficient, key=lambda pn: pn[1]) if efficient else min(paying, key=lambda pn: pn[1])
+    speedup = p.projected_speedup[str(n)]
+    text = (f"Across machines it pays: {p.name} on {n} machines of a {network.gbit:g} Gbit/s network "
+            f"({network.latency_us:g} µs latency) is projected at {speedup:.2f}x normal training's speed"
+            + (f" (breaking even at {p.break_even_machines} machines, "
+               f"{p.projected_speedup[str(PROJECTED_MACHINES[-1])]:.2f}x with {PROJECTED_MACHINES[-1]})"
+               if p.break_even_machines else ""))
+    run, normal = next((row for row in rows if row.name == p.name), None), rows[0]
+    if run is not None and run.epochs_to_target and normal.epochs_to_target and normal.seconds_to_target:
+        # as many epochs to the target as the run needed here (its global batch), each at the projected speed
+        seconds = normal.seconds_to_target * run.epochs_to_target / normal.epochs_to_target / speedup
+        text += (f", and to {normal.target_accuracy:.2f} validation accuracy in about {seconds:.1f} s of training "
+                 f"against normal training's {normal.seconds_to_target:.1f} s")
+    return text + "."
 
 
 def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
@@ -104,7 +133,7 @@ def advice(rows: list[RunRow], projections: list[Projection], support: dict[str,
 
     What to use here, with more machines, which kind of parallelism, and which precision.
     """
-    return Advice(use=_use_advice(rows), scale=_scale_advice(rows, projections, network),
+    return Advice(use=_use_advice(rows, projections, network), scale=_scale_advice(rows, projections, network),
                   paradigms=_paradigm_advice(rows), precision=_precision_advice(rows, support))
 
 
@@ -143,15 +172,17 @@ def _kilobytes(count: int) -> str:
     return f"{count / 1024:,.0f} KiB" if count >= 1024 else f"{count} bytes"
 
 
-def _use_advice(rows: list[RunRow]) -> str:
+def _use_advice(rows: list[RunRow], projections: list[Projection] = (), network: Network | None = None) -> str:
     others = rows[1:]
     if not others:
         return "Train without distribution: it is the only run. List strategies under distributed.strategies to compare."
     best = max(others, key=lambda r: r.speedup)
     if best.speedup < 1 + _NOISE:
-        return (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
+        text = (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
                 f"the closest, {best.name}, ran at {best.speedup:.2f}x. Distribution spends time coordinating "
                 f"replicas that, here, share {rows[0].cpu_cores} CPU cores instead of adding compute.")
+        beyond = _across_machines(rows, projections, network) if network else ""
+        return text + (" " + beyond if beyond else "")
     text = (f"Use {best.name}: it trained {best.speedup:.2f}x as fast as normal training at steady state, "
             f"with test accuracy {best.accuracy_delta_points:+.1f} points.")
     if best.accuracy_delta_points < -_ACCURACY_LOSS_POINTS:

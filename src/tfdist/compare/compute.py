@@ -44,7 +44,7 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
     network = Network(settings.network_gbit, settings.network_latency_us)
     projections = projection(rows, network)
     return Comparison(
-        verdict=verdict(rows),
+        verdict=verdict(rows, projections, network),
         advice=advice(rows, projections, support, network),
         network=network,
         scaling=projections,

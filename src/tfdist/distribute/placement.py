@@ -1,4 +1,4 @@
-"""Model and pipeline parallelism: the seed model's layers placed on devices.
+"""Model and pipeline parallelism: a model's layers placed on devices.
 
 No ``tf.distribute`` strategy splits one model across devices, so the model
 does it: each layer is wrapped in :class:`OnDevice`, which creates the
@@ -51,14 +51,21 @@ def stage_of_layers(layers: int, stages: int) -> list[int]:
     return [stage for stage in range(stages) for _ in range(size + (stage < extra))]
 
 
-def place(dense: list[keras.layers.Layer], dropout: keras.layers.Layer, devices: list[str]) -> tuple[list, Any]:
-    """The seed model's Dense layers (the output last) and its Dropout, each wrapped onto its stage's device.
+def place(layers: list[keras.layers.Layer], holds_weights: list[bool], devices: list[str]) -> list[Any]:
+    """``layers`` (input to output), each wrapped onto its stage's device.
 
-    The Dropout runs where the output layer does, just before it.
+    The layers holding weights are spread over the devices in contiguous
+    stages (:func:`stage_of_layers`); a layer without weights (a reshape, a
+    pooling, a dropout) runs where the one before it does, so a pooling stays
+    with its convolution and the smaller activation is what crosses devices.
     """
-    stages = stage_of_layers(len(dense), len(devices))
-    placed = [OnDevice(layer, devices[stage]) for layer, stage in zip(dense, stages, strict=True)]
-    return placed, OnDevice(dropout, devices[stages[-1]])
+    stages = stage_of_layers(sum(holds_weights), len(devices))
+    placed, stage, seen = [], stages[0], 0
+    for layer, weights in zip(layers, holds_weights, strict=True):
+        if weights:
+            stage, seen = stages[seen], seen + 1
+        placed.append(OnDevice(layer, devices[stage]))
+    return placed
 
 
 def device_of(variable: Any) -> str:

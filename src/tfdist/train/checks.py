@@ -8,7 +8,7 @@ is imported: a bad param fails in well under a second.
 
 from __future__ import annotations
 
-from tfdist.config import Config
+from tfdist.config import Config, ModelConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterError, ClusterTask
 from tfdist.distribute.registry import REGISTRY, StrategySpec
 from tfdist.errors import StrategyError
@@ -37,13 +37,9 @@ def check_config(spec: StrategySpec, config: Config) -> None:
         )
     if not spec.splits_layers:
         return
-    layers = len(config.model.hidden_units) + 1
-    if config.distributed.devices > layers:
-        raise StrategyError(
-            f"distributed.devices {config.distributed.devices} > the {layers} layers of the model "
-            f"(model.hidden_units {config.model.hidden_units} and the output): {spec.name} puts whole layers "
-            "on devices; add hidden layers or lower distributed.devices"
-        )
+    layers = layers_with_weights(config.model)
+    if layers is not None and config.distributed.devices > layers:
+        raise too_few_layers(config.model, config.distributed.devices, layers)
     if config.train.jit_compile:
         raise StrategyError(
             f"train.jit_compile true: XLA compiles a step for one device, which would undo {spec.name}'s "
@@ -54,6 +50,24 @@ def check_config(spec: StrategySpec, config: Config) -> None:
             f"distributed.micro_batches {config.distributed.micro_batches} does not divide train.batch_size "
             f"{config.train.batch_size}: GPipe cuts each batch into equal micro-batches; pick a divisor"
         )
+
+
+def layers_with_weights(model: ModelConfig) -> int | None:
+    """The layers with weights of a built-in kind (:mod:`tfdist.train.architectures`), known before TensorFlow starts.
+
+    None for a builder's model: known once built (:func:`tfdist.train.models.build_model` checks it then).
+    """
+    return {"mlp": len(model.hidden_units) + 1, "cnn": 3}.get(model.kind)
+
+
+def too_few_layers(model: ModelConfig, devices: int, layers: int) -> StrategyError:
+    """The one line for a layer split over more devices than the model has layers with weights."""
+    what = {"mlp": f"model.hidden_units {model.hidden_units} and the output", "cnn": "two convolutions and the output"}
+    return StrategyError(
+        f"distributed.devices {devices} > the {layers} layer(s) with weights of the model "
+        f"({what.get(model.kind, f'model.builder {model.builder}: a Sequential is its layers, any other model one')}): "
+        "model and pipeline parallelism put whole layers on devices; lower distributed.devices"
+        + (" or add hidden layers" if model.kind == "mlp" else ""))
 
 
 def check_precision(spec: StrategySpec, precision: str) -> None:

@@ -1,5 +1,6 @@
-"""The seed model, as Keras's Sequential (``train.loop: fit``) or as a subclassed
-model with its own train and test steps (``train.loop: custom``).
+"""The model of ``model.kind`` (:mod:`tfdist.train.architectures`), as Keras's Sequential
+(``train.loop: fit``) or as a subclassed model with its own train and test steps
+(``train.loop: custom``).
 
 Both have the same layers in the same order, so their weights are
 interchangeable: whatever trained it, the saved model is the Sequential one.
@@ -14,10 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfdist.config import ClipConfig, ModelConfig, TrainConfig
-from tfdist.data.prepared import CLASSES, PIXELS
+from tfdist.data.prepared import PIXELS
 from tfdist.distribute.placement import place
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import create_optimizer_slots, runs_steps_in_one_function, train_function_reading_metrics_last, untracked
+from tfdist.train.architectures import layer_stack, weighted
+from tfdist.train.checks import too_few_layers
 from tfdist.train.precision import policy
 
 #: Each optimizer twice: tf_keras's original ("legacy") one, whose update is one fused
@@ -69,23 +72,22 @@ class ReadsMetricsOncePerExecution(keras.Model):
 
 
 class SeedSequential(ReadsMetricsOncePerExecution, keras.Sequential):
-    """The Sequential seed model as ``fit`` trains it; what is saved is a plain Sequential (:func:`export_copy`)."""
+    """The Sequential model as ``fit`` trains it; what is saved is a plain Sequential (:func:`export_copy`)."""
 
 
-def build_seed_model(config: ModelConfig, devices: list[str] | None = None,
+def build_sequential(config: ModelConfig, devices: list[str] | None = None,
                      kind: type[keras.Sequential] = keras.Sequential) -> keras.Model:
-    """784 -> Dense(relu) per ``hidden_units`` -> Dropout -> Dense(10, softmax), as a ``kind`` of Sequential.
+    """The layers of ``model.kind`` after the 784 pixels, as a ``kind`` of Sequential.
 
     Call inside ``strategy.scope()`` so the variables are created by the strategy.
     With ``devices``, the layers are split over them (model parallelism).
     """
-    dense, dropout = _layers(config, devices)
-    return kind([keras.Input(shape=(PIXELS,), name="pixels"), *dense[:-1], dropout, dense[-1]], name="seed_mlp")
+    return kind([keras.Input(shape=(PIXELS,), name="pixels"), *_layers(config, devices)], name=config.kind)
 
 
 def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None, micro_batches: int = 1,
                 pipelined: bool = False) -> keras.Model:
-    """The seed model for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``.
+    """The model of ``model.kind`` for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``.
 
     ``devices`` splits its layers over them; ``pipelined`` (with ``devices``)
     makes it a :class:`PipelineClassifier` cutting each batch into ``micro_batches``.
@@ -94,18 +96,23 @@ def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None
         model = PipelineClassifier(config, devices, micro_batches) if pipelined else DigitClassifier(config, devices)
         model.build((None, PIXELS))
         return model
-    return build_seed_model(config, devices, SeedSequential)
+    return build_sequential(config, devices, SeedSequential)
 
 
-def _layers(config: ModelConfig, devices: list[str] | None) -> tuple[list[keras.layers.Layer], keras.layers.Layer]:
-    """The Dense layers (the output last) and the Dropout, placed on ``devices`` if given."""
-    dense = [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units), _output_layer()]
-    dropout = keras.layers.Dropout(config.dropout)
-    return place(dense, dropout, devices) if devices else (dense, dropout)
+def _layers(config: ModelConfig, devices: list[str] | None) -> list[keras.layers.Layer]:
+    """The kind's layers, the output last, placed on ``devices`` if given.
 
-
-def _output_layer() -> keras.layers.Layer:
-    return keras.layers.Dense(CLASSES, activation="softmax", dtype="float32", name="probabilities")
+    Raises:
+        StrategyError: more devices than layers with weights (a builder's model is
+            known only once built, which fixes TensorFlow's devices: checked here).
+    """
+    stack = layer_stack(config)
+    if not devices:
+        return stack
+    holds_weights = weighted(stack)
+    if len(devices) > sum(holds_weights):
+        raise too_few_layers(config, len(devices), sum(holds_weights))
+    return place(stack, holds_weights, devices)
 
 
 class MaxMetric(keras.metrics.Metric):
@@ -129,7 +136,7 @@ class MaxMetric(keras.metrics.Metric):
 
 
 class DigitClassifier(ReadsMetricsOncePerExecution):
-    """The seed MLP, subclassed: ``call`` drives Dropout, and the steps are its own.
+    """The model of ``model.kind``, subclassed: ``call`` drives Dropout, and the steps are its own.
 
     ``train_step`` follows the custom-training-loop recipe: forward pass under a
     ``GradientTape``, loss scaled and gradients unscaled when the optimizer is a
@@ -144,8 +151,7 @@ class DigitClassifier(ReadsMetricsOncePerExecution):
 
     def __init__(self, config: ModelConfig, devices: list[str] | None = None, **kwargs: Any):
         super().__init__(name="digit_classifier", **kwargs)
-        dense, self.dropout = _layers(config, devices)
-        self.hidden, self.classifier = dense[:-1], dense[-1]
+        self.stack = _layers(config, devices)
         self._hold_untracked((
             keras.metrics.Mean(name="gradient_norm"),
             MaxMetric(name="gradient_norm_max"),
@@ -159,16 +165,34 @@ class DigitClassifier(ReadsMetricsOncePerExecution):
         # carrying metrics of their own.
         self._step_metrics = step_metrics
 
+    _evaluating = False
+
     @property
     def metrics(self) -> list[keras.metrics.Metric]:
-        """Keras's metrics (loss, compiled ones) and the train step's own; Keras resets them every epoch."""
-        return [*super().metrics, *self._step_metrics]
+        """Keras's metrics (loss, compiled ones) and, while training, the train step's own; Keras resets them every epoch."""
+        return [*super().metrics, *(() if self._evaluating else self._step_metrics)]
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate (``fit``'s validation too) with the loss and the compiled metrics only.
+
+        tf_keras reads the metrics again across workers once the loop is done
+        only when the step's results name exactly :attr:`metrics`; otherwise it
+        keeps the last step's results, which it sums over the replicas, so under
+        MultiWorkerMirrored validation accuracy came out as the sum of every
+        worker's (1.8 for two). Leaving the train step's own metrics out of
+        :attr:`metrics` here keeps the names equal.
+        """
+        self._evaluating = True
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            self._evaluating = False
 
     def call(self, inputs: tf.Tensor, training: bool = False) -> tf.Tensor:
         x = inputs
-        for layer in self.hidden:
-            x = layer(x)
-        return self.classifier(self.dropout(x, training=training))
+        for layer in self.stack:
+            x = layer(x, training=training)
+        return x
 
     def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
         x, y = data
@@ -199,11 +223,11 @@ class DigitClassifier(ReadsMetricsOncePerExecution):
         predictions = self(x, training=False)
         self.compute_loss(x, y, predictions)
         self.compute_metrics(x, y, predictions, sample_weight=None)
-        return {m.name: m.result() for m in self.metrics if m not in self._step_metrics}
+        return {m.name: m.result() for m in self.metrics}
 
 
 class PipelineClassifier(DigitClassifier):
-    """The seed MLP split into stages on devices, trained GPipe style (pipeline parallelism).
+    """The model split into stages on devices, trained GPipe style (pipeline parallelism).
 
     Each global batch is cut into ``micro_batches`` equal pieces. For each, a
     forward and a backward pass; the gradients add up, and one optimizer step
@@ -280,7 +304,7 @@ def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
     float32 whatever the training precision: the variables were float32 anyway.
     """
     with policy("float32"):
-        copy = build_seed_model(config)
+        copy = build_sequential(config)
     copy.set_weights(trained_weights(model))
     return copy
 

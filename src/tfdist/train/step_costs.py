@@ -26,7 +26,7 @@ import numpy as np
 
 from tfdist.config import Config
 from tfdist.distribute.builders import StrategyInfo
-from tfdist.distribute.placement import device_of, stage_of_layers
+from tfdist.distribute.placement import device_of
 from tfdist.distribute.registry import StrategySpec
 from tfdist.tf_imports import keras, tf
 
@@ -82,7 +82,7 @@ def step_costs(config: Config, spec: StrategySpec, info: StrategyInfo, model: ke
     micro_batches = spec.micro_batches(config.distributed.micro_batches)
     return Costs(
         params_per_device=[per_device[device] for device in info.devices],
-        bytes_per_step=_activation_bytes(config, stages, global_batch),
+        bytes_per_step=_activation_bytes(config, model, global_batch),
         stages=stages,
         micro_batches=micro_batches,
         bubble_theory=(stages - 1) / (micro_batches + stages - 1),
@@ -90,13 +90,15 @@ def step_costs(config: Config, spec: StrategySpec, info: StrategyInfo, model: ke
     )
 
 
-def _activation_bytes(config: Config, stages: int, global_batch: int) -> int:
+def _activation_bytes(config: Config, model: keras.Model, global_batch: int) -> int:
     """Activations forward and their gradients back, across every stage boundary, for one global batch."""
-    widths = [*config.model.hidden_units, 10]
-    stage = stage_of_layers(len(widths), stages)
     itemsize = 2 if config.train.precision.startswith("mixed") else 4  # activations in the compute dtype
-    boundaries = [widths[i] for i in range(len(widths) - 1) if stage[i] != stage[i + 1]]
-    return sum(2 * global_batch * width * itemsize for width in boundaries)
+    shape, crossing = (None, 784), 0
+    for stage in _stage_layers(model)[:-1]:
+        for layer in stage:
+            shape = layer.compute_output_shape(shape)
+        crossing += int(np.prod([d for d in tuple(shape)[1:]]))
+    return 2 * global_batch * crossing * itemsize
 
 
 def measure_bubble(model: keras.Model, global_batch: int, micro_batches: int) -> float:
@@ -168,8 +170,8 @@ def _stage_layers(model: keras.Model) -> list[list[keras.layers.Layer]]:
 
 def _placed(model: keras.Model) -> list[Any]:
     """The model's :class:`tfdist.distribute.placement.OnDevice` layers in the order a batch goes through them."""
-    if hasattr(model, "classifier"):  # the subclassed models: hidden..., dropout, classifier
-        return [*model.hidden, model.dropout, model.classifier]
+    if hasattr(model, "stack"):  # the subclassed models hold their layers in order
+        return list(model.stack)
     return [layer for layer in model.layers if hasattr(layer, "device") and hasattr(layer, "layer")]
 
 

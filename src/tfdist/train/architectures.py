@@ -1,0 +1,135 @@
+"""What a model is made of, by ``model.kind``: a stack of layers from the 784 pixels to the 10 class probabilities.
+
+* ``mlp``, the seed: Dense(relu) per ``model.hidden_units``, Dropout, Dense(10, softmax).
+* ``cnn``, Keras's "Simple MNIST convnet" (keras.io/examples/vision/mnist_convnet):
+  the pixels as a 28x28 image, Conv2D(32, 3, relu), MaxPool(2), Conv2D(64, 3, relu),
+  MaxPool(2), Flatten, Dropout, Dense(10, softmax): about 35k parameters and
+  2.4 M multiply-adds a digit, some 70x the seed's compute per byte of gradient.
+* ``builder``, the user's own: ``model.builder`` names ``package.module:function``,
+  called as ``function((28, 28, 1), 10)``; it returns an uncompiled Keras model whose
+  output is the 10 class probabilities. A Sequential is taken layer by layer (so model
+  and pipeline parallelism can split it); any other model is one layer.
+
+Every stack starts from the flat pixels the prepared data holds and ends in a
+float32 output, so a mixed-precision policy never computes the softmax and the
+loss in 16 bits. Every call gives fresh layers: each model (replicas in a
+strategy's scope, the float32 copy that is saved) is built anew from the kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tfdist.config import ModelConfig
+from tfdist.data.prepared import CLASSES, PIXELS
+from tfdist.errors import InputError
+from tfdist.tf_imports import keras
+from tfdist.workspace import workspace_root
+
+#: The digits as an image: what ``cnn`` and a builder see.
+IMAGE = (28, 28, 1)
+
+
+def layer_stack(config: ModelConfig) -> list[keras.layers.Layer]:
+    """Fresh, unbuilt layers of ``config.kind`` from the flat pixels to the float32 class probabilities."""
+    if config.kind == "cnn":
+        return [
+            keras.layers.Reshape(IMAGE, name="image"),
+            keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+            keras.layers.MaxPooling2D(pool_size=(2, 2)),
+            keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+            keras.layers.MaxPooling2D(pool_size=(2, 2)),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(config.dropout),
+            _probabilities(),
+        ]
+    if config.kind == "builder":
+        return _user_stack(config.builder)
+    return [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units),
+            keras.layers.Dropout(config.dropout), _probabilities()]
+
+
+def _probabilities() -> keras.layers.Layer:
+    return keras.layers.Dense(CLASSES, activation="softmax", dtype="float32", name="probabilities")
+
+
+def weighted(stack: list[keras.layers.Layer]) -> list[bool]:
+    """Which layers of ``stack`` hold weights: the ones a layer split places (a probe builds clones of them)."""
+    shape: tuple = (None, PIXELS)
+    found = []
+    for layer in stack:
+        probe = layer.__class__.from_config(layer.get_config())
+        probe.build(shape)
+        found.append(bool(probe.weights))
+        shape = probe.compute_output_shape(shape)
+    return found
+
+
+def resolve_builder(builder: str) -> Callable[..., Any]:
+    """The function ``model.builder`` names, imported from the workspace (or the installed packages).
+
+    Raises:
+        InputError: the module does not import, or has no callable of that name.
+    """
+    module_name, _, function_name = builder.partition(":")
+    root = str(workspace_root())
+    if root not in sys.path:  # the stages run as scripts: the workspace is not on the path by itself
+        sys.path.insert(0, root)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001  ImportError, or whatever the module raises as it runs
+        raise InputError(f"model.builder {builder!r}: cannot import {module_name} ({type(err).__name__}: {err}); "
+                         f"put it in the workspace ({Path(root).name}/) or install it") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        what = "has no" if function is None else f"has a {type(function).__name__}, not a function, named"
+        raise InputError(f"model.builder {builder!r}: {module_name} {what} {function_name}; "
+                         "name a function(input_shape, classes) that returns a Keras model")
+    return function
+
+
+def _user_stack(builder: str) -> list[keras.layers.Layer]:
+    """The user's model after the pixels' reshape: its layers (a Sequential's, cloned fresh) or itself as one layer."""
+    model = _call_builder(builder)
+    image = keras.layers.Reshape(IMAGE, name="image")
+    if isinstance(model, keras.Sequential):
+        layers = [layer.__class__.from_config(layer.get_config()) for layer in model.layers]
+    else:
+        layers = [model]
+    return [image, *layers, keras.layers.Activation("linear", dtype="float32", name="float32_output")]
+
+
+def _call_builder(builder: str) -> keras.Model:
+    """The model ``builder`` returns, checked: a Keras model giving one probability per class.
+
+    Raises:
+        InputError: the builder raised, returned something else, or its output is not 10 probabilities.
+    """
+    function = resolve_builder(builder)
+    try:
+        model = function(IMAGE, CLASSES)
+    except Exception as err:  # noqa: BLE001  the user's code: say where, in one line
+        raise InputError(f"model.builder {builder!r} raised {type(err).__name__}: {err}") from None
+    if not isinstance(model, keras.Model):
+        hint = " (a Keras 3 model: build it with tf_keras, `import tf_keras as keras`)" if "keras" in type(
+            model).__module__ else ""
+        raise InputError(f"model.builder {builder!r} returned a {type(model).__module__}.{type(model).__name__}, "
+                         f"not a tf_keras Model{hint}")
+    try:
+        out = np.asarray(model(np.zeros((2, *IMAGE), dtype=np.float32), training=False), dtype=np.float64)
+    except Exception as err:  # noqa: BLE001
+        raise InputError(f"model.builder {builder!r}: its model does not take input of shape (None, 28, 28, 1) "
+                         f"({type(err).__name__}: {str(err).strip().splitlines()[0]})") from None
+    if out.shape != (2, CLASSES):
+        raise InputError(f"model.builder {builder!r}: its output has shape (None, {', '.join(map(str, out.shape[1:]))}); "
+                         f"it must give one probability per class: (None, {CLASSES})")
+    if not (np.all(out >= 0) and np.allclose(out.sum(axis=1), 1.0, atol=1e-3)):
+        raise InputError(f"model.builder {builder!r}: its outputs are not probabilities (they sum to "
+                         f"{out.sum(axis=1)[0]:.3g}); end the model in Dense({CLASSES}, activation='softmax')")
+    return model

@@ -105,9 +105,7 @@ def check_writable(*paths: Path | str) -> None:
     Checks the nearest folder that exists, creating nothing.
     """
     for path in map(Path, paths):
-        folder = path.absolute()
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
+        folder = _existing(path.absolute())
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
             reason = "a read-only file system" if _read_only(folder) else "no permission to write"
             raise InputError(f"{path}: cannot write in {folder} ({reason}); make it writable or choose another folder")
@@ -160,6 +158,7 @@ def _write_error(err: OSError, target: Path, staged: Path | None, size: int | No
 
 
 def _existing(folder: Path) -> Path:
+    """``folder``, or its nearest parent that exists."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return folder

@@ -90,7 +90,8 @@ class ChiefRun(TaskRun):
         """
         if not all(path.is_file() for path in self.data_files):
             return super().start()  # :meth:`load` names what is missing
-        backup = RunBackup(self.paths.backups / self.name / self.run_key()).load()
+        self.key = self.run_key()  # hashes the prepared data: once, kept for :meth:`load`
+        backup = RunBackup(self.paths.backups / self.name / self.key).load()
         why = backup.damage or checkpoint_damage(backup, self.spec.backup)
         if why:
             self.abandoned_run_id = backup.run_id  # closed once the store is open (:meth:`open`)

@@ -89,7 +89,7 @@ class TaskRun:
         """The training and validation splits, and this run's backup (plus stale ones under other params)."""
         prepared = self.paths.prepared
         self.train_split, self.val_split = load_split(prepared, "train"), load_split(prepared, "val")
-        self.key = self.run_key()
+        self.key = self.key or self.run_key()  # the chief hashed the data already, at start
         self.backup, self.stale = open_backup(self.paths.backups, name=self.name, key=self.key)
 
     def run_key(self) -> str:

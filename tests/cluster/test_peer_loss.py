@@ -38,6 +38,15 @@ def test_a_reset_connection_names_the_peer_and_grpc_s_reason():
         "worker-0 lost worker-1 (10.213.0.2:2222) during training: recvmsg:Connection reset by peer; check that task's log")
 
 
+def test_a_parameter_server_chief_names_the_lost_ps_not_the_worker_that_reported_it():
+    cluster = {"chief": ["10.213.0.1:2222"], "worker": ["10.213.0.2:2222", "10.213.0.3:2222"], "ps": ["10.213.0.4:2222"]}
+    text = ("Graph execution error:\n\nError reported from /job:worker/replica:0/task:0 (10.213.0.2:2222): failed "
+            "reading a variable from 10.213.0.4:2222\n:UNKNOWN:Error received from peer ipv4:10.213.0.4:2222 "
+            '{grpc_status:14, grpc_message:"recvmsg:Connection reset by peer"}')
+    assert explain(text, ClusterTask(cluster, "chief", 0), 10).startswith(
+        "chief-0 lost ps-0 (10.213.0.4:2222) during training: recvmsg:Connection reset by peer; ")
+
+
 def test_other_errors_are_not_taken_for_a_lost_peer():
     assert explain("Graph execution error:\n\nout of memory allocating tensor", WORKER_0, 10) is None
 

@@ -80,7 +80,8 @@ def inputs_kept_alive(strategy: tf.distribute.Strategy, dataset: Any, coordinate
 
         coordinator._create_per_worker_resources = kept_resources
         return dataset
-    distributed = strategy.experimental_distribute_dataset(dataset)
+    distributed = (dataset if isinstance(dataset, tf.distribute.DistributedDataset)
+                   else strategy.experimental_distribute_dataset(dataset))
     base = type(distributed)
     if base not in _kept_classes:
         def __iter__(self: Any) -> Any:  # noqa: N807

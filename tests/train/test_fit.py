@@ -12,7 +12,7 @@ from tfdist.reports import EPOCH_COLUMNS
 from tfdist.tf_imports import keras, tf
 from tfdist.train.callbacks import Diverged, LinearWarmup
 from tfdist.train.fit import FitPlan, effective_learning_rate, train_model
-from tfdist.train.input_pipeline import make_worker_dataset_fn
+from tfdist.train.input_pipeline import make_dataset_fn
 
 from helpers.devices import SPLIT_REPLICAS
 from helpers.project import tiny_params
@@ -102,7 +102,7 @@ def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepa
 def test_each_worker_reads_its_own_order_under_parameter_server(prepared_dir):
     """The dataset function gives each worker batches of its own, though TensorFlow cannot tell them apart."""
     train = load_split(prepared_dir, "train")
-    fn = make_worker_dataset_fn(train, 25, seed=1)
+    fn = make_dataset_fn(train, 25, seed=1, own_order=True)
     # ParameterServerStrategy hands every worker this same context (TF 2.21: one pipeline, id 0)
     context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
     first = []

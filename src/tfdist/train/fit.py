@@ -24,7 +24,7 @@ from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, tracing_count
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
-from tfdist.train.input_pipeline import make_dataset, make_worker_dataset_fn
+from tfdist.train.input_pipeline import make_dataset, make_dataset_fn
 from tfdist.train.models import build_model, compile_model, trained_weights
 from tfdist.train.resume import RunBackup, restored_history
 from tfdist.train.resume_callbacks import resume_callbacks
@@ -123,7 +123,7 @@ def train_model(
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
     resume, initial_epoch = (resume_callbacks(backup, spec.backup, model, record_backup)
                              if backup else ([], 0))
-    train_input, val_input = plan.train_input(train, config.seed), plan.val_input(val)
+    train_input, val_input = plan.train_input(train, config.seed, strategy), plan.val_input(val)
     if spec.multi_process or info.replicas > 1:  # destroying their iterators stalls the stage for seconds
         train_input = inputs_kept_alive(strategy, train_input, coordinated=plan.asynchronous)
         if plan.val_steps:  # an endless validation input (FitPlan.val_input)
@@ -170,6 +170,7 @@ class FitPlan:
             pipeline parallelism; empty: the strategy places the model).
         micro_batches: pieces each step's batch is cut into (1: whole).
         pipelined: the model runs GPipe's step over the micro-batches (pipeline parallelism).
+        workers: worker processes stepping together; more than one read a shard each.
     """
 
     global_batch: int
@@ -183,6 +184,7 @@ class FitPlan:
     stage_devices: tuple[str, ...] = ()
     micro_batches: int = 1
     pipelined: bool = False
+    workers: int = 1
 
     @classmethod
     def of(cls, config: Config, spec: StrategySpec, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
@@ -205,13 +207,15 @@ class FitPlan:
         return cls(global_batch, steps, effective_learning_rate(config.train, global_batch),
                    round(config.train.warmup_epochs * steps), asynchronous, val_batch, val_steps, shards,
                    stage_devices=tuple(info.devices) if spec.splits_layers else (),
-                   micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined)
+                   micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined,
+                   workers=info.workers if info.synchronous else 1)
 
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
 
-    def train_input(self, train: Digits, seed: int) -> Any:
-        """An endless dataset, ``steps`` batches an epoch, or under ParameterServer a per-worker dataset creator.
+    def train_input(self, train: Digits, seed: int, strategy: tf.distribute.Strategy) -> Any:
+        """An endless dataset, ``steps`` batches an epoch: on several synchronous workers a shard each
+        (distributed by ``strategy``), under ParameterServer a per-worker dataset creator.
 
         Endless, because a finite input costs every epoch a new iterator: over
         several replicas a multi-device one, whose per-device functions TensorFlow
@@ -224,7 +228,10 @@ class FitPlan:
         is one pass over the digits; the order differs from a new iterator's.
         """
         if self.asynchronous:
-            return keras.utils.experimental.DatasetCreator(make_worker_dataset_fn(train, self.global_batch, seed=seed))
+            return keras.utils.experimental.DatasetCreator(
+                make_dataset_fn(train, self.global_batch, seed=seed, own_order=True))
+        if self.workers > 1:  # each worker reads only its shard
+            return strategy.distribute_datasets_from_function(make_dataset_fn(train, self.global_batch, seed=seed))
         return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True)
 
     def val_input(self, val: Digits) -> Any:

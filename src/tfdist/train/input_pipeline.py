@@ -1,4 +1,4 @@
-"""The tf.data input of training: batches at the global batch size, per-worker datasets for ParameterServer."""
+"""The tf.data input of training: batches at the global batch size on one worker, a shard per worker on several."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ def make_dataset(digits: Digits, global_batch_size: int, *, shuffle: bool, seed:
     The data are cached in memory, reshuffled every epoch (seeded), batched with
     the remainder dropped, so every step has the same shape and the step
     function is traced once, and prefetched so input never waits on Python.
-    Sharding is set to DATA explicitly: each worker takes every n-th batch
-    instead of TensorFlow guessing (and warning) from a dataset it cannot split
-    by file. ``endless`` repeats the epochs without end (reshuffled each time),
+    Sharding is set to DATA explicitly, for the validation batches of several
+    workers (each takes every n-th batch) instead of TensorFlow guessing (and
+    warning) from a dataset it cannot split by file; several workers' training
+    input is :func:`make_dataset_fn`'s. ``endless`` repeats the epochs without end (reshuffled each time),
     for a ``fit`` that counts its steps per epoch.
     """
     dataset = tf.data.Dataset.from_tensor_slices((digits.x, digits.y)).cache()
@@ -29,18 +30,26 @@ def make_dataset(digits: Digits, global_batch_size: int, *, shuffle: bool, seed:
     return dataset.with_options(options)
 
 
-def make_worker_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int) -> Any:
-    """A dataset function for ParameterServer training: one endless input per worker, each in an order of its own.
+def make_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int, own_order: bool = False) -> Any:
+    """A dataset function: each input pipeline reads only its shard of the digits, endless, batched per replica.
 
-    Each worker builds its own pipeline from it: its shard of the digits (by
-    input pipeline id), reshuffled every pass, repeated without end (the
-    coordinator counts ``steps_per_epoch``), batched with the remainder dropped
-    at the batch size of one step. TensorFlow (2.21) gives every
+    One pipeline per worker process (``context.num_input_pipelines``): pipeline
+    i keeps every n-th digit from i on, caches them, reshuffles them every pass
+    and batches them at the per-replica batch size, so a worker's input work
+    is its 1/n of an epoch however many workers take part, and the workers'
+    steps together read ``global_batch_size`` distinct digits. (Given to
+    ``tf.data`` as one dataset with ``AutoShardPolicy.DATA`` instead, every
+    worker would build every global batch and keep its part: input work that
+    grew with the workers, docs/performance.md.) A worker's shard is at least
+    ``len(digits) // n`` digits, so it holds the ``len(digits) // global_batch_size``
+    steps of an epoch; ``fit`` counts them, the input never ends.
+
+    ``own_order`` is for ParameterServer training: TensorFlow (2.21) gives every
     ParameterServer worker the same input context (one pipeline, id 0) and runs
     one traced function on each, so neither the context nor a seed tells the
-    workers apart: with a fixed seed both would read the same batches in the
-    same order. The shuffle's seed is therefore drawn on the worker, from its
-    clock, when it creates its input: each worker's order is its own, and not
+    workers apart, and with a fixed seed both would read the same batches in the
+    same order. The shuffle's seed is then drawn on the worker, from its clock,
+    when it creates its input: each worker's order is its own, and not
     reproducible, as the interleaving of asynchronous updates is not either.
     """
     x, y = digits.x, digits.y
@@ -49,8 +58,9 @@ def make_worker_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int)
         batch = context.get_per_replica_batch_size(global_batch_size)
         dataset = tf.data.Dataset.from_tensor_slices((x, y))
         dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id).cache()
-        drawn = tf.cast(tf.math.floormod(tf.timestamp() * 1e6, 2**31), tf.int64) + seed  # this worker's clock, in µs
-        dataset = dataset.shuffle(len(x), seed=drawn, reshuffle_each_iteration=True)
-        return dataset.repeat().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        order = (tf.cast(tf.math.floormod(tf.timestamp() * 1e6, 2**31), tf.int64) + seed  # this worker's clock, in µs
+                 if own_order else seed + context.input_pipeline_id)
+        dataset = dataset.shuffle(len(x), seed=order, reshuffle_each_iteration=True)
+        return dataset.batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn

@@ -1,0 +1,63 @@
+"""One multi_worker_mirrored worker that reads an epoch of fit's training input and writes which digits it got.
+
+Run as ``python tests/helpers/shard_reader.py OUT.json`` with TF_CONFIG set, one
+process per worker: the digits are numbered (digit i has every pixel i / n),
+the input is the one ``fit`` builds (:meth:`tfdist.train.fit.FitPlan.train_input`),
+and the worker records the numbers in its own replicas' batches over an epoch's
+steps, and how many digits its input pipeline batched (a counting step put
+before every ``batch``), so a test can count each worker's share and its
+input work.
+"""
+
+import json
+import sys
+
+import numpy as np
+
+from tfdist.data.prepared import Digits
+from tfdist.tf_imports import tf
+from tfdist.train.fit import FitPlan
+
+DIGITS, PER_REPLICA_BATCH = 6000, 25
+
+batched: list[int] = []
+
+
+def counted_batches(batch):  # noqa: ANN001, ANN202
+    """``Dataset.batch`` with a count of the digits that reach it, the input work a worker does."""
+
+    def counting_batch(dataset, *args, **kwargs):  # noqa: ANN001, ANN202
+        def count(x, y):  # noqa: ANN001, ANN202
+            counted = tf.py_function(lambda: batched.append(1) or 0, [], tf.int32)
+            with tf.control_dependencies([counted]):
+                return tf.identity(x), y
+
+        return batch(dataset.map(count), *args, **kwargs)
+
+    return counting_batch
+
+
+def main(out: str) -> None:
+    tf.data.Dataset.batch = counted_batches(tf.data.Dataset.batch)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    workers = strategy.num_replicas_in_sync
+    ids = np.arange(DIGITS, dtype=np.float32)
+    digits = Digits(np.repeat((ids / DIGITS)[:, None], 784, axis=1), (np.arange(DIGITS) % 10).astype(np.int64))
+    global_batch = PER_REPLICA_BATCH * workers
+    plan = FitPlan(global_batch=global_batch, steps=DIGITS // global_batch, learning_rate=0.001, warmup_steps=0,
+                   asynchronous=False, val_batch=global_batch, val_steps=None, shards=0, workers=workers)
+    data = plan.train_input(digits, seed=1, strategy=strategy)
+    if isinstance(data, tf.data.Dataset):  # as fit distributes a dataset it is given
+        data = strategy.experimental_distribute_dataset(data)
+    iterator = iter(data)
+    read = []
+    for _ in range(plan.steps):
+        x, _labels = next(iterator)
+        for local in strategy.experimental_local_results(x):
+            read.extend(np.rint(local.numpy()[:, 0] * DIGITS).astype(int).tolist())
+    with open(out, "w") as file:
+        json.dump({"read": read, "batched": len(batched), "steps": plan.steps, "workers": workers}, file)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

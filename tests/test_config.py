@@ -111,6 +111,9 @@ def test_overrides_are_yaml_typed(tmp_path):
         ("", ["train.epochs"], "--set 'train.epochs' must look like dotted.key=value"),
         ("", ["seed.x=1"], "seed must be a whole number"),
         ("seed: 3\n", ["seed.x=1"], "seed is not a section"),
+        ("runtime: {intra_op_threads: many}\n", [], "runtime.intra_op_threads must be a whole number or auto; got 'many'"),
+        ("runtime: {intra_op_threads: 1.5}\n", [], "runtime.intra_op_threads must be a whole number or auto; got 1.5"),
+        ("runtime: {intra_op_threads: -1}\n", [], "runtime.intra_op_threads must be >= 0; got -1"),
     ],
 )
 def test_bad_input_names_the_key(tmp_path, text, overrides, message):
@@ -139,3 +142,16 @@ def test_all_reduce_is_a_knob_with_three_values(tmp_path):
     assert config.distributed.all_reduce == "ring"
     with pytest.raises(Exception, match="distributed.all_reduce must be one of auto, ring, nccl"):
         load_config(tiny_params(tmp_path), ("distributed.all_reduce=horovod",))
+
+
+def test_op_threads_are_auto_by_default_and_resolve_per_model_and_replicas(tmp_path):
+    from tfdist.hardware import usable_cpus
+    from tfdist.runtime import intra_op_threads
+
+    assert load_config(tiny_params(tmp_path)).runtime.intra_op_threads == "auto"
+    assert load_config(tiny_params(tmp_path), ("runtime.intra_op_threads=3",)).runtime.intra_op_threads == 3
+    cpus = len(usable_cpus())
+    assert intra_op_threads("auto", "mlp", 1) == 1, "the seed MLP's ops are too small to split"
+    assert intra_op_threads("auto", "cnn", 1) == cpus, "normal training gets every core the machine gives it"
+    assert intra_op_threads("auto", "builder", 2) == max(1, cpus // 2), "two replicas in one process share them"
+    assert intra_op_threads(3, "cnn", 2) == 3, "a number is taken as it is"

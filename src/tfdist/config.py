@@ -236,13 +236,17 @@ class RuntimeConfig:
 
     Attributes:
         intra_op_threads: threads one op may use (0: TensorFlow's choice, all
-            cores). The seed MLP's ops are tiny: splitting them across cores costs
-            more than it saves, so 1 is fastest here (docs/performance.md).
+            cores). ``auto`` chooses per run what measured fastest for its model
+            (:func:`tfdist.runtime.intra_op_threads`, docs/performance.md "Fair
+            baselines: threads per op"): 1 for the seed MLP, whose ops are too small to split;
+            for any other model, the CPUs the process may use shared among its
+            replicas, so normal training is never held to fewer cores than a
+            distributed run uses.
         inter_op_threads: ops run at once (0: TensorFlow's choice); 2 lets two
             replicas, or compute and input, proceed side by side.
     """
 
-    intra_op_threads: int = _knob(1, decides=_TRAIN, ge=0)
+    intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)
     inter_op_threads: int = _knob(2, decides=_TRAIN, ge=0)
 
 
@@ -411,6 +415,12 @@ def _check(key: str, value: Any, kind: Any, rules: typing.Mapping[str, Any]) -> 
         return [_check(f"{key}[{i}]", v, item_kind, item_rules) for i, v in enumerate(value)]
     if rules.get("empty") and value in ("", None):  # a string knob that may be left unset
         return ""
+    if rules.get("auto"):  # a whole number, or auto: tfdist chooses (the knob's docstring says how)
+        if value == "auto":
+            return value
+        if isinstance(value, str) or isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be a whole number or auto; got {value!r} ({type(value).__name__})")
+        kind = int
     value = _coerce(key, value, kind)
     choices = rules.get("choices")
     if choices is not None and value not in choices:

@@ -76,6 +76,21 @@ class CollectiveCosts:
 
 
 @dataclass(frozen=True)
+class ThreadSettings:
+    """What each training process of a run was given: the CPUs it could run on, TensorFlow's thread pools there.
+
+    Attributes:
+        cpus: CPUs the chief (or only) process could run on (its affinity: a pinned task has 1).
+        intra_op: threads one op could use (``runtime.intra_op_threads``, ``auto`` resolved; 0: TensorFlow's choice).
+        inter_op: ops that could run at once (0: TensorFlow's choice).
+    """
+
+    cpus: int
+    intra_op: int
+    inter_op: int
+
+
+@dataclass(frozen=True)
 class TrainReport:
     """What one training run did and cost (``reports/train/NAME.json``).
 
@@ -107,6 +122,8 @@ class TrainReport:
         hardware: where training ran.
         collectives: the all-reduce's cost between the workers (synchronous
             multi-worker runs only; None elsewhere).
+        threads: the CPUs and thread pools of its processes (None in reports
+            written before it was recorded).
     """
 
     name: str
@@ -156,6 +173,7 @@ class TrainReport:
     tensorflow: str
     hardware: Hardware
     collectives: CollectiveCosts | None = None
+    threads: ThreadSettings | None = None
 
 
 @dataclass(frozen=True)

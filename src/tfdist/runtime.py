@@ -83,7 +83,22 @@ def configure_cpu_devices(count: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(count)]
 
 
-def configure_threads(intra_op: int, inter_op: int) -> None:
+def intra_op_threads(intra_op: int | str, model_kind: str, replicas: int) -> int:
+    """The threads one op may use in a training process: ``runtime.intra_op_threads`` as set, ``auto`` resolved.
+
+    ``auto`` (``runtime.intra_op_threads``) is 1 for the seed MLP, whose ops are
+    too small to split across cores; for any other model, the CPUs this process
+    may use shared among its ``replicas``, as a convnet's convolutions split
+    well (docs/performance.md, "Fair baselines: threads per op"). So normal
+    training gets every core a distributed run on the same machine uses, and a
+    pinned task of one core gets 1.
+    """
+    if intra_op != "auto":
+        return int(intra_op)
+    return 1 if model_kind == "mlp" else max(1, len(usable_cpus()) // max(1, replicas))
+
+
+def configure_threads(intra_op: int, inter_op: int) -> tuple[int, int]:
     """Set TensorFlow's thread pools (0 leaves TensorFlow's choice); first thing in the process.
 
     ``inter_op`` is capped at the CPUs this process may run on: a task pinned
@@ -93,6 +108,9 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
 
     Once TensorFlow's runtime has started the pools are fixed: then this only
     warns, so a library caller (a notebook, the tests) keeps working.
+
+    Returns:
+        The (intra, inter) op threads TensorFlow runs with from now on.
     """
     tf = tensorflow()
     usable = len(usable_cpus())
@@ -108,4 +126,6 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
         if current != (intra_op, inter_op):
             log.warning("TensorFlow already runs with (intra, inter) op threads %s; runtime settings %s not applied",
                         current, (intra_op, inter_op))
+        return current
+    return intra_op, inter_op
 

@@ -52,8 +52,10 @@ def test_multi_process_runs_show_processes_and_parameter_server_is_called_asynch
         {name: eval_report(name, 0.95, 0.2) for name in ("normal", "parameter_server", "multi_worker_mirrored")},
     )
     markdown = render_markdown(comparison)
-    assert "| parameter_server | parameter_server | custom | mixed_bfloat16 | async | 1 | 2 + 1 | 25 | 0.001 |" in markdown
-    assert "| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 50 | 0.002 |" in markdown
+    assert ("| parameter_server | parameter_server | custom | mixed_bfloat16 | async | 1 | 2 + 1 | 2 CPUs, 1 thread per op "
+            "| 25 | 0.001 |") in markdown
+    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 2 CPUs, 1 thread per op "
+            "| 50 | 0.002 |") in markdown
     assert "**Asynchronous:** parameter_server trained with parameter servers" in markdown
     assert "Its 2 worker processes shared the same" in comparison.verdict
     assert "**Precision:** this machine has no hardware that computes mixed_bfloat16 faster" in markdown

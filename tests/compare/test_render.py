@@ -5,6 +5,7 @@ import re
 
 from tfdist.compare.compute import build_comparison
 from tfdist.compare.render import plot_figures, render_html, render_markdown
+from tfdist.reports import ThreadSettings
 
 from helpers.reports import eval_report, scaled_runs, train_report
 
@@ -20,7 +21,8 @@ def test_markdown_and_figures(tmp_path):
         {"normal": eval_report("normal", 0.95, 0.2), "central_storage": eval_report("central_storage", 0.951, 0.2)},
     )
     markdown = render_markdown(comparison)
-    assert "| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 50 | 0.001 |" in markdown
+    assert ("| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 2 CPUs, 1 thread per op | 50 | 0.001 |"
+            in markdown)
     # no histories given: no time to accuracy
     assert ("| central_storage | 105 | 90% | 4.750 | 0.00 | 9.5 | 1.05x | not reached | not reached | not reached "
             "| 0.9510 | +0.10 |") in markdown
@@ -29,6 +31,22 @@ def test_markdown_and_figures(tmp_path):
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
     assert [p.name for p in paths] == ["time_to_accuracy.png", "throughput.png", "accuracy_vs_time.png", "loss_curves.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_the_setup_says_what_each_run_was_given_pinned_workers_one_cpu_each():
+    threads = ThreadSettings(cpus=1, intra_op=1, inter_op=1)
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0, threads=ThreadSettings(cpus=2, intra_op=2, inter_op=2)),
+         "multi_worker_mirrored": train_report("multi_worker_mirrored", 9.0, 2, workers=2, threads=threads),
+         "old": train_report("mirrored", 9.0, 2, name="old", threads=None)},
+        {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored", "old")},
+    )
+    markdown = render_markdown(comparison)
+    assert "| CPUs, threads |" in markdown
+    assert "| normal | default | fit | float32 | sync | 1 | 1 | 2 CPUs, 2 threads per op |" in markdown
+    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op |"
+            in markdown)
+    assert "| old | mirrored | fit | float32 | sync | 2 | 1 | not recorded |" in markdown
 
 
 def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):

@@ -6,7 +6,7 @@ from typing import Any
 
 from tfdist.compare.compute import build_comparison
 from tfdist.hardware import Hardware
-from tfdist.reports import EvalReport, PrecisionSupport, TrainReport, run_label
+from tfdist.reports import EvalReport, PrecisionSupport, ThreadSettings, TrainReport, run_label
 from tfdist.tf_imports import tf
 
 from helpers.devices import SPLIT_REPLICAS
@@ -47,6 +47,7 @@ def train_report(strategy: str, seconds: float, replicas: int = 1, devices: tupl
         bytes_per_step=0, stages=1, micro_batches=1, bubble_theory=None, bubble=None, loss=0.3, accuracy=0.9, val_loss=0.3,
         val_accuracy=0.9, weights_sha256="0" * 64, mlflow_run_id=f"id-{strategy}", tensorflow=tf.__version__,
         hardware=Hardware(["host-a"], 2, "test CPU", kinds, ["test GPU"] * (kinds == ["GPU"])),
+        threads=ThreadSettings(2, 1, 2),
     )
     values.update(fields)
     return TrainReport(**values)

@@ -23,6 +23,8 @@ class RunRow:
         name ... run_label: copied from the run's :class:`~tfdist.reports.TrainReport` (same names and meaning),
             with ``clip`` its ``clip_method`` and ``samples_per_second`` its steady throughput.
         processes: "workers + ps" as one label ("2 + 1"), or the workers alone.
+        given: the CPUs and op threads its processes were given, as one label
+            ("2 CPUs, 2 threads per op"; "2 x 1 CPU, ..." for pinned workers).
         hosts, device_kinds, cpu_cores, shared_cpu: where it trained (:class:`~tfdist.hardware.Hardware`).
         max_params_per_device: the most parameters any one of its devices held.
         speedup: normal training's steady epoch time over this run's.
@@ -47,6 +49,7 @@ class RunRow:
     workers: int
     ps: int
     processes: str
+    given: str
     devices: list[str]
     hosts: list[str]
     device_kinds: list[str]

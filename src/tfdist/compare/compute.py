@@ -81,6 +81,7 @@ def _row(report: TrainReport, result: EvalReport, *, base: TrainReport, base_acc
         workers=report.workers,
         ps=report.ps,
         processes=f"{report.workers} + {report.ps}" if report.ps else str(report.workers),
+        given=_given(report),
         devices=report.devices,
         hosts=report.hardware.hosts,
         device_kinds=report.hardware.device_kinds,
@@ -118,6 +119,19 @@ def _row(report: TrainReport, result: EvalReport, *, base: TrainReport, base_acc
         # normal's time to the target over the run's: the speed-up that counts the epochs each needed
         time_to_accuracy_speedup=base_reached[1] / seconds if reached and base_reached else None,
     )
+
+
+def _given(report: TrainReport) -> str:
+    """What a run's processes were given, as the report's setup table shows it."""
+    threads = report.threads
+    if threads is None:
+        return "not recorded"
+    cpus = f"{threads.cpus} CPU{'s' if threads.cpus != 1 else ''}"
+    if report.workers > 1 and report.synchronous:  # one process a worker, each with the chief's share
+        cpus = f"{report.workers} x {cpus}"
+    per_op = f"{threads.intra_op} thread{'s' if threads.intra_op != 1 else ''} per op" if threads.intra_op else \
+        "TensorFlow's threads per op"
+    return f"{cpus}, {per_op}"
 
 
 def training_seconds(history: list[dict[str, float]]) -> list[float]:

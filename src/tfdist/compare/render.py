@@ -40,6 +40,7 @@ SETUP_COLUMNS = (
     ("synchronous", "sync"),
     ("replicas", "replicas"),
     ("processes", "workers + ps"),
+    ("given", "CPUs, threads"),
     ("global_batch_size", "global batch"),
     ("learning_rate", "learning rate"),
 )

@@ -18,8 +18,8 @@ from typing import Any
 from tfdist import atomic
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data.prepared import load_split, splits_digest
-from tfdist.hardware import CpuMeter, Hardware, describe
-from tfdist.reports import PrecisionSupport, TrainOutputs, TrainReport, run_label, write_history, write_report
+from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
+from tfdist.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, run_label, write_history, write_report
 from tfdist.tf_imports import keras, tf
 from tfdist.tracking import experiment, models, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable
@@ -238,6 +238,8 @@ class ChiefRun(TaskRun):
             cpu_percent=cpu_percent, **asdict(costs), **result.final(), weights_sha256=digest, mlflow_run_id=run_id,
             tensorflow=tf.__version__,
             hardware=detect_hardware(self.task.hosts if self.task else None), collectives=result.collectives,
+            threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
+                                   tf.config.threading.get_inter_op_parallelism_threads()),
         )
 
 

@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 
-from tfdist.config import RuntimeConfig
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.runtime import configure_threads, tensorflow, tensorflow_without_keras
 
@@ -41,15 +40,15 @@ def serve_profiler(task: ClusterTask) -> None:
     log.info("%s serves TensorFlow's profiler on port %d (%s)", task.name, port, PROFILER_PORT_ENV)
 
 
-def serve(task: ClusterTask, runtime: RuntimeConfig) -> None:
-    """Run this process as a server task (a parameter_server worker or ps) until it is stopped.
+def serve(task: ClusterTask, threads: tuple[int, int]) -> None:
+    """Run this process as a server task (a parameter_server worker or ps), with (intra, inter) op ``threads``, until stopped.
 
     The chief sends these tasks their work; they never finish on their own (a
     TFJob ends when its chief succeeds; the local launcher stops them).
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # nothing to save: die at once when stopped
     tf = tensorflow_without_keras()
-    configure_threads(runtime.intra_op_threads, runtime.inter_op_threads)
+    configure_threads(*threads)
     serve_profiler(task)
     server = tf.distribute.Server(
         tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,

@@ -30,7 +30,7 @@ from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec, check_pipeline, get_spec
 from tfdist.errors import InputError
 from tfdist.reports import RunPaths, TrainOutputs
-from tfdist.runtime import configure_threads
+from tfdist.runtime import configure_threads, intra_op_threads
 from tfdist.train.checks import check_cluster, check_config
 from tfdist.train.resume import backups_of
 
@@ -70,7 +70,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
             on_stop=stop,
         )
     if not spec.multi_process:
-        configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
+        configure_threads(*_threads(config, spec))
         if task is not None:
             log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster_spec.TF_CONFIG, spec.name)
         return _run(config, spec, name, paths, None)
@@ -79,12 +79,19 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
     if spec.launcher_trains and task.task_type != "chief":
         from tfdist.train.server import serve  # TensorFlow without tf_keras: a server builds no model
 
-        serve(task, config.runtime)
+        serve(task, _threads(config, spec))
         return None
     if spec.launcher_trains:  # parameter_server's chief coordinates, as under the local launcher
         return _coordinate(config, spec, name, paths, task)
-    configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
+    configure_threads(*_threads(config, spec))
     return _run(config, spec, name, paths, task)
+
+
+def _threads(config: Config, spec: StrategySpec) -> tuple[int, int]:
+    """The (intra, inter) op threads of this process: ``runtime:``, ``auto`` resolved for its model and replicas."""
+    replicas = config.distributed.devices if spec.distributes and not spec.multi_process else 1
+    return (intra_op_threads(config.runtime.intra_op_threads, config.model.kind, replicas),
+            config.runtime.inter_op_threads)
 
 
 def _cluster_task(spec: StrategySpec, config: Config) -> ClusterTask | None:
@@ -117,7 +124,7 @@ def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, 
     that are gone (lost mid-training, or stopped) are filtered out; at exit
     they would not be.
     """
-    configure_threads(config.runtime.intra_op_threads, config.runtime.inter_op_threads)
+    configure_threads(*_threads(config, spec))
     from tfdist.tf_private import reset_eager_context
 
     outputs = _run(config, spec, name, paths, chief)

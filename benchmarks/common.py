@@ -7,6 +7,7 @@ markdown tables (the ones in docs/performance.md came from them).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import statistics
@@ -98,6 +99,17 @@ def quietly(function: Any, *args: Any, **kwargs: Any) -> Any:
     """Call ``function`` with Keras's per-epoch lines kept off the terminal."""
     with contextlib.redirect_stdout(io.StringIO()):
         return function(*args, **kwargs)
+
+
+def model_rounds_options(doc: str) -> argparse.Namespace:
+    """The options of a benchmark that alternates rounds over model kinds and batches: --models, --batches, --rounds,
+    --epochs."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
+    parser.add_argument("--batches", type=int, nargs="+", default=[25, 256])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    return parser.parse_args()
 
 
 def median(values: list[float]) -> float:

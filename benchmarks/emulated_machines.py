@@ -1,22 +1,36 @@
-"""Benchmark: multi_worker_mirrored on two emulated machines, against normal training on one core.
+"""Benchmark: multi_worker_mirrored on 2 and 4 emulated machines, against normal training on one of them.
 
 Each machine is a test host (a network namespace with its own address,
-tests/helpers/netns.py) whose worker is pinned to a CPU core of its own
-(``taskset``), and the cable between them is shaped with ``tc`` tbf at each
-``--links`` rate (``none``: the veth's own, several Gbit/s), both ways. The
-workers run the real train stage in cluster mode (TF_CONFIG naming the hosts'
-addresses, as on two machines); normal training runs on one core the same way.
-Per-replica batch 25 and 256 on the prepared digits tiled to 12,000. Each
-link is measured as TCP sees it (rate of an 8 MB transfer, round trip of
-one-byte pings), since tbf only sets a ceiling and no delay can be added here.
+tests/helpers/netns.py) whose worker is pinned to a CPU and, on 4 machines,
+held to half a core by a cgroup v1 CPU quota (tests/helpers/cpu_share.py):
+2 machines get a core each, 4 get half a core each, and normal training gets
+what one machine has. The cables between them are shaped with ``tc`` tbf at
+each ``--links`` rate (``none``: the veth's own, several Gbit/s), both ways.
+The workers run the real train stage in cluster mode (TF_CONFIG naming the
+hosts' addresses, as on separate machines). Every model (``--models``) at
+per-replica batch 25 and 256, on the prepared digits tiled to 12,000, the
+learning rate scaled with the global batch (``train.lr_scaling: linear``). Each
+link is measured as TCP sees it (rate of a 32 MB transfer, round trip of
+one-byte pings), since tbf only sets a ceiling and no delay can be added here,
+and as the ring all-reduce loads it: every machine sending to the next at once
+(``TestHosts.measure_ring``), since all the emulated cables and the switch are
+processed by this machine's two cores, and four transfers at once each get
+less than one alone.
 
 Then checks the compare stage's projection (tfdist.compare.compute): calibrated
-as the pipeline calibrates it (multi_worker_mirrored x2 on loopback through the
-local launcher, a core each, its all-reduce timed by the train stage), and
-pointed at each link as measured, it projects the step of 2 machines; the
-table sets that beside the step measured on them. Needs root, iproute2 and tc.
+as the pipeline calibrates it (multi_worker_mirrored x2 through the local
+launcher, on loopback, each worker given what one machine has), and pointed
+at each link as measured, it projects the step on N machines; the table sets
+that beside the step measured on them, and gives each run's speed and time to
+accuracy against normal training on one machine.
 
-    python benchmarks/emulated_machines.py [--links none 1gbit 100mbit] [--batches 25 256] [--epochs 3]
+Every cell runs ``--rounds`` times (3 by default), the rounds one after another
+so that every cell sees the machine's slow and quiet spells alike; the table
+gives the medians, the spread (lowest to highest), and the projection's error
+on the medians. Needs root, iproute2, tc and cgroup v1's cpu controller.
+
+    python benchmarks/emulated_machines.py [--models mlp cnn] [--machines 2 4] [--links none 1gbit]
+        [--batches 25 256] [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -26,91 +40,155 @@ import json
 import os
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from common import pinned, table  # noqa: E402
+from common import median, table  # noqa: E402
 from strategies import data_folder, report, run, stage_command  # noqa: E402
 
 from tfdist.cluster.processes import task_cpus  # noqa: E402
-from tfdist.compare.compute import Network, projection  # noqa: E402
+from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
+from tfdist.config import CompareConfig  # noqa: E402
+from tfdist.reports import EvalReport, TrainReport, read_history, read_report  # noqa: E402
 
-from helpers import netns  # noqa: E402
+from helpers import cpu_share, netns  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 2222
+#: Validation accuracy each model's time to accuracy is measured to: one normal training reaches in 3 epochs.
+TARGETS = {"mlp": 0.90, "cnn": 0.95}
+#: A machine's share of a core, by how many machines there are (2 CPUs here).
+CORES_PER_MACHINE = {2: 1.0, 4: 0.5}
 
 
-def cluster_run(hosts: netns.TestHosts, root: Path, data: Path, name: str, sets: list[str]) -> dict:
-    """multi_worker_mirrored with one worker per host, each on CPU core i; the chief's report."""
-    cpus = task_cpus(len(hosts.names))
-    cluster = {"worker": [f"{address}:{PORT}" for address in hosts.addresses]}
-    processes = []
-    for i in range(len(hosts.names)):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        command = pinned(stage_command(root, data, name, "multi_worker_mirrored", sets), cpus[i])
-        processes.append(hosts.start(i, command, env, REPO, root / f"{name}-worker-{i}.log"))
-    for i, process in enumerate(processes):
-        if process.wait(timeout=900):
-            raise SystemExit(f"{name}: worker {i} exited {process.returncode}:\n"
-                             f"{(root / f'{name}-worker-{i}.log').read_text()[-3000:]}")
-    return report(root, name)
+def cluster_run(hosts: netns.TestHosts, machines: int, root: Path, data: Path, name: str, sets: list[str]) -> dict:
+    """multi_worker_mirrored with one worker on each of the first ``machines`` hosts, each given a machine's CPU."""
+    cpus = task_cpus(machines)
+    cluster = {"worker": [f"{address}:{PORT}" for address in hosts.addresses[:machines]]}
+    shares = [cpu_share.CpuShare(cpus[i], CORES_PER_MACHINE[machines]) for i in range(machines)]
+    try:
+        processes = []
+        for i in range(machines):
+            env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+            command = stage_command(root, data, name, "multi_worker_mirrored", sets)
+            processes.append(hosts.start(i, command, env, REPO, root / f"{name}-worker-{i}.log", outside=shares[i].wrap([])))
+        for i, process in enumerate(processes):
+            if process.wait(timeout=1800):
+                raise SystemExit(f"{name}: worker {i} exited {process.returncode}:\n"
+                                 f"{(root / f'{name}-worker-{i}.log').read_text()[-3000:]}")
+    finally:
+        for share in shares:
+            share.close()
+    return measured(root, name)
 
 
-def projected_step_ms(normal: dict, calibrated: dict, link: dict) -> float:
-    """The compare stage's step for 2 machines, from the loopback run's calibration, on ``link`` as measured."""
-    rows = [{"name": r["name"], "paradigm": r["paradigm"], "global_batch_size": r["global_batch_size"],
-             "replicas": r["replicas"], "samples_per_second": r["steady_samples_per_second"],
-             "collectives": r.get("collectives")} for r in (normal, calibrated)]
-    network = Network(link["mbit_per_s"] / 1000, link["round_trip_us"] / 2)
-    (found,) = projection(rows, network)
-    return found["step_on_network_ms"]["2"]
+def local_run(root: Path, data: Path, name: str, strategy: str, sets: list[str], share: cpu_share.CpuShare) -> dict:
+    """One train stage on this machine under ``share`` (its local launcher's tasks share it too)."""
+    with share:
+        run(root, data, name, strategy, sets, prefix=tuple(share.wrap([])))
+    return measured(root, name)
+
+
+def measured(root: Path, name: str) -> dict:
+    """The run's report, with its step in ms and its history."""
+    found = report(root, name)
+    found["step_ms"] = 1000 * found["steady_epoch_seconds"] / found["steps_per_epoch"]
+    found["history"] = read_history(root / "reports" / "history" / f"{name}.csv")
+    return found
+
+
+def projected_step_ms(root: Path, normal: str, calibrated: str, link: dict, machines: int) -> float:
+    """The compare stage's step for ``machines`` machines, from the loopback run's calibration, on ``link`` as measured."""
+    train = {run: read_report(root / "reports" / f"{name}.json", TrainReport)
+             for run, name in (("normal", normal), ("multi_worker_mirrored", calibrated))}
+    evaluation = {run: EvalReport(run, report.val_loss, report.val_accuracy, 0) for run, report in train.items()}
+    network = CompareConfig(network_gbit=link["mbit_per_s"] / 1000, network_latency_us=link["round_trip_us"] / 2)
+    (found,) = build_comparison(train, evaluation, settings=network).scaling
+    return found.step_on_network_ms[str(machines)]
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--links", nargs="+", default=["none", "1gbit", "100mbit"])
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"], choices=sorted(TARGETS))
+    parser.add_argument("--machines", type=int, nargs="+", default=[2, 4], choices=sorted(CORES_PER_MACHINE))
+    parser.add_argument("--links", nargs="+", default=["none", "1gbit"])
     parser.add_argument("--batches", type=int, nargs="+", default=[25, 256])
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
-    if why := netns.available():
-        raise SystemExit(f"emulated machines need network namespaces: {why}")
+    if why := netns.available() or cpu_share.available():
+        raise SystemExit(f"emulated machines need network namespaces and CPU quotas: {why}")
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-emulated-"))
     data = data_folder(root)
+    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    links: dict[tuple[str, int], dict] = {}  # the last round's measurement of each link, ring by ring
+    with netns.TestHosts(max(args.machines)) as hosts:
+        for round_ in range(args.rounds):
+            for model in args.models:
+                for batch in args.batches:
+                    sets = [f"model.kind={model}", f"train.batch_size={batch}", f"train.epochs={args.epochs}",
+                            "train.lr_scaling=linear"]  # as a user scaling out would: N machines, N x the batch
+                    for machines in args.machines:
+                        cores = CORES_PER_MACHINE[machines]
+                        tag = f"r{round_}-{model}-b{batch}-m{machines}"
+                        normal = local_run(root, data, f"{tag}-normal", "default", sets,
+                                           cpu_share.CpuShare(task_cpus(1)[0], cores))
+                        calibrated = local_run(root, data, f"{tag}-loopback", "multi_worker_mirrored",
+                                               [*sets, "distributed.workers=2"], cpu_share.CpuShare(None, 2 * cores))
+                        normal_tta = time_to_accuracy(normal["history"], TARGETS[model])
+                        key = (model, batch, machines)
+                        cells[(*key, "normal")]["step"].append(normal["step_ms"])
+                        cells[(*key, "normal")]["speed"].append(normal["steady_samples_per_second"])
+                        cells[(*key, "normal")]["accuracy"].append(normal["val_accuracy"])
+                        if normal_tta:
+                            cells[(*key, "normal")]["tta"].append(normal_tta[1])
+                        for link in args.links:
+                            hosts.shape(None if link == "none" else link)
+                            links[(link, machines)] = hosts.measure_ring(machines)
+                            mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", sets)
+                            cell = cells[(*key, link)]
+                            cell["step"].append(mwms["step_ms"])
+                            cell["projected"].append(
+                                projected_step_ms(root, normal["name"], calibrated["name"], links[(link, machines)], machines))
+                            cell["speed"].append(mwms["steady_samples_per_second"] / normal["steady_samples_per_second"])
+                            cell["accuracy"].append(mwms["val_accuracy"])
+                            tta = time_to_accuracy(mwms["history"], TARGETS[model])
+                            if tta and normal_tta:
+                                cell["tta"].append(normal_tta[1] / tta[1])
+                            print(f"round {round_ + 1} {model} batch {batch} x{machines} link {link}: "
+                                  f"{mwms['step_ms']:.2f} ms/step (projected {cell['projected'][-1]:.2f}), "
+                                  f"{cell['speed'][-1]:.2f}x normal ({normal['step_ms']:.2f} ms/step), "
+                                  f"time to accuracy {cell['tta'][-1] if cell['tta'] else float('nan'):.2f}x",
+                                  file=sys.stderr, flush=True)
+                        hosts.shape(None)
     rows = []
-    with netns.TestHosts(2) as hosts:
+    for model in args.models:
         for batch in args.batches:
-            sets = [f"train.batch_size={batch}", f"train.epochs={args.epochs}"]
-            one_core = tuple(pinned([], task_cpus(1)[0]))
-            normal = run(root, data, f"b{batch}-normal", "default", sets, prefix=one_core)
-            normal_ms = 1000 * normal["steady_epoch_seconds"] / normal["steps_per_epoch"]
-            rows.append([batch, "normal, 1 core", "", "", f"{normal_ms:.2f}", "", f"{normal['steady_samples_per_second']:,.0f}",
-                         "1.00x", f"{normal['val_accuracy']:.4f}"])
-            calibrated = run(root, data, f"b{batch}-loopback", "multi_worker_mirrored", sets)  # as the pipeline runs it
-            costs = calibrated["collectives"]
-            loopback_ms = 1000 * calibrated["steady_epoch_seconds"] / calibrated["steps_per_epoch"]
-            rows.append([batch, "multi_worker_mirrored x2, loopback (the calibration)", "", "", f"{loopback_ms:.2f}",
-                         f"all-reduce {1e3 * costs['latency_seconds']:.2f} ms + {1e9 * costs['seconds_per_byte']:.2f} ns/B",
-                         "", "", f"{calibrated['val_accuracy']:.4f}"])
-            for link in args.links:
-                hosts.shape(None if link == "none" else link)
-                measured = hosts.measure_link(0, 1)
-                mwms = cluster_run(hosts, root, data, f"b{batch}-{link}", sets)
-                ms = 1000 * mwms["steady_epoch_seconds"] / mwms["steps_per_epoch"]
-                speed = mwms["steady_samples_per_second"]
-                projected = projected_step_ms(normal, calibrated, measured)
-                rows.append([batch, f"multi_worker_mirrored x2, link {link}", f"{measured['mbit_per_s']:,.0f}",
-                             f"{measured['round_trip_us']:.0f}", f"{ms:.2f}",
-                             f"{projected:.2f} ({(projected - ms) / ms:+.0%})", f"{speed:,.0f}",
-                             f"{speed / normal['steady_samples_per_second']:.2f}x", f"{mwms['val_accuracy']:.4f}"])
-                print(f"batch {batch} link {link} ({measured['mbit_per_s']:,.0f} Mbit/s): {ms:.2f} ms/step "
-                      f"(projected {projected:.2f}), {speed / normal['steady_samples_per_second']:.2f}x normal; "
-                      f"all-reduce on it {mwms['collectives']}", file=sys.stderr, flush=True)
-            hosts.shape(None)
-    print(f"2 emulated machines (a core and a namespace each), 12,000 digits, {args.epochs} epochs")
-    print(table(["per-replica batch", "run", "link Mbit/s (measured)", "round trip (µs)", "ms/step",
-                 "projected ms/step (error)", "samples/s", "vs normal", "val accuracy"], rows))
+            for machines in args.machines:
+                normal = cells[(model, batch, machines, "normal")]
+                rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core", "", spread(normal["step"]), "",
+                             "1.00x", "1.00x" if normal["tta"] else "not reached", f"{median(normal['accuracy']):.4f}"])
+                for link in args.links:
+                    cell = cells[(model, batch, machines, link)]
+                    step, projected = median(cell["step"]), median(cell["projected"])
+                    rows.append([model, batch, f"{machines} machines, link {link}",
+                                 f"{links[(link, machines)]['mbit_per_s']:,.0f} / {links[(link, machines)]['round_trip_us']:.0f}",
+                                 spread(cell["step"]), f"{projected:.2f} ({(projected - step) / step:+.0%})",
+                                 spread(cell["speed"]) + "x",
+                                 spread(cell["tta"]) + "x" if len(cell["tta"]) == args.rounds else "not reached",
+                                 f"{median(cell['accuracy']):.4f}"])
+    print(f"multi_worker_mirrored on emulated machines (2: a core each; 4: half a core each), 12,000 digits, "
+          f"{args.epochs} epochs, median (lowest-highest) of {args.rounds} rounds; time to accuracy to "
+          + ", ".join(f"{model} {TARGETS[model]}" for model in args.models))
+    print(table(["model", "per-replica batch", "run", "link Mbit/s / round trip µs (measured, ring loaded)", "ms/step",
+                 "projected ms/step (error on the medians)", "speed vs normal", "time to accuracy vs normal",
+                 "val accuracy"], rows))
 
 
 if __name__ == "__main__":

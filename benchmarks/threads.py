@@ -12,26 +12,20 @@ gives the median step and the spread (lowest-highest).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import median, table  # noqa: E402
+from common import median, model_rounds_options, table  # noqa: E402
 from strategies import data_folder, run  # noqa: E402
 
 from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
-    parser.add_argument("--batches", type=int, nargs="+", default=[25, 256])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
-    args = parser.parse_args()
+    args = model_rounds_options(__doc__)
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-threads-"))
     data = data_folder(root)
     cores = len(usable_cpus())

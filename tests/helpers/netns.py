@@ -17,8 +17,10 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +46,8 @@ connection.sendall(b"!")
 _LINK_CLIENT = f"""
 import json, socket, statistics, sys, time
 address, size, pings = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if len(sys.argv) > 4:  # a ring of clients: all start at this wall-clock time, so that their transfers overlap
+    time.sleep(max(0.0, float(sys.argv[4]) - time.time()))
 deadline = time.monotonic() + 30
 while True:
     try:
@@ -126,10 +130,16 @@ class TestHosts:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, host: int, command: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen:
-        """Run ``command`` on host ``host``, its output (stdout and stderr) into ``log``."""
+    def start(self, host: int, command: Sequence[str], env: dict[str, str], cwd: Path, log: Path, *,
+              outside: Sequence[str] = ()) -> subprocess.Popen:
+        """Run ``command`` on host ``host``, its output (stdout and stderr) into ``log``.
+
+        ``outside``: a command to enter the host through, run before the
+        namespace is (e.g. a CPU share's, which writes to the cgroup files that
+        ``ip netns exec``'s own /sys does not show).
+        """
         with open(log, "w") as out:
-            process = subprocess.Popen(["ip", "netns", "exec", self.names[host], *command], cwd=cwd, env=env,
+            process = subprocess.Popen([*outside, "ip", "netns", "exec", self.names[host], *command], cwd=cwd, env=env,
                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes.append(process)
         return process
@@ -173,6 +183,36 @@ class TestHosts:
         finally:
             server.kill()
             server.wait(timeout=30)
+
+    def measure_ring(self, count: int, size: int = 32_000_000, pings: int = 200) -> dict[str, float]:
+        """The links of the first ``count`` hosts as a ring all-reduce loads them: each sends to the next at once.
+
+        Every host's cable, the switch and their tbf queues are processed by
+        this machine's few cores, so several transfers at once each get less
+        than one alone would: this is the rate (median over the ring's links,
+        Mbit/s) and round trip (median, µs) each link had with all of them busy.
+        """
+        if count < 2:
+            raise ValueError("a ring needs 2 hosts or more")
+        servers = [subprocess.Popen(["ip", "netns", "exec", self.names[i], sys.executable, "-c", _LINK_SERVER, str(size),
+                                     str(pings)], stdout=subprocess.PIPE, text=True) for i in range(count)]
+        try:
+            start = time.time() + 1.0  # every client started and connected by then
+            clients = [subprocess.Popen(["ip", "netns", "exec", self.names[i], sys.executable, "-c", _LINK_CLIENT,
+                                         self.addresses[(i + 1) % count], str(size), str(pings), str(start)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       for i in range(count)]
+            found = []
+            for client in clients:
+                out, err = client.communicate(timeout=120)
+                if client.returncode:
+                    raise RuntimeError(f"measuring the ring failed: {err.strip()[-500:]}")
+                found.append(json.loads(out))
+        finally:
+            for server in servers:
+                server.kill()
+                server.wait(timeout=30)
+        return {key: statistics.median(link[key] for link in found) for key in ("round_trip_us", "mbit_per_s")}
 
     def cut(self, host: int) -> None:
         """Unplug host ``host``'s cable at the switch: from now on its packets are lost, none refused."""

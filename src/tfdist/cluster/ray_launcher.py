@@ -88,7 +88,9 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
                     _run_task,
                     train_loop_config={"command": list(command), "env": {SCRATCH_ENV: scratch}, "cwd": os.getcwd(),
                                        "lines": lines},
-                    scaling_config=ScalingConfig(num_workers=distributed.workers, resources_per_worker={"CPU": 1}),
+                    # a worker per machine where there are several: the point of more machines is their cores
+                    scaling_config=ScalingConfig(num_workers=distributed.workers, resources_per_worker={"CPU": 1},
+                                                 placement_strategy="SPREAD"),
                     run_config=RunConfig(name=f"tfdist-{spec.name}", storage_path=scratch,
                                          failure_config=FailureConfig(max_failures=distributed.max_restarts)),
                 )
@@ -207,8 +209,11 @@ def _run_task(loop_config: dict[str, Any]) -> None:
     process = subprocess.Popen(loop_config["command"], env={**os.environ, **loop_config["env"]}, cwd=loop_config["cwd"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                preexec_fn=die_with_parent())
+    import ray
+
     lines = loop_config["lines"]
-    lines.put(f"INFO tfdist.cluster.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()}\n")
+    lines.put(f"INFO tfdist.cluster.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()} "
+              f"on node {ray.util.get_node_ip_address()}\n")
     for line in process.stdout:  # the prefix says whose, as under the local launcher
         lines.put(f"[{name}] {line}")
     code = process.wait()

@@ -45,10 +45,10 @@ def main() -> None:
     if args.threads:
         print(json.dumps(one(args.epochs, *args.threads)))
         return
-    from tfdist.runtime import intra_op_threads
+    from tfdist.runtime import op_threads
 
     defaults = config()
-    intra, inter = intra_op_threads(defaults.runtime.intra_op_threads, "mlp", 1), defaults.runtime.inter_op_threads
+    intra, inter = op_threads(defaults)  # the seed MLP's (knobs measures it)
     rows = []
     for steps in STEPS:
         speeds = [one(args.epochs, intra, inter, steps_per_execution=steps, jit_compile=jit) for jit in (False, True)]

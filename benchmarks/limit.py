@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime import configure_threads, intra_op_threads
+    from tfdist.runtime import configure_threads, op_threads
 
     if args.peak is not None:
         configure_threads(args.peak, 0)
@@ -69,8 +69,7 @@ def main() -> None:
 
     settings = config(epochs=4)
     one_core, all_cores = peak_in_process(args.size, 1), peak_in_process(args.size, 0)
-    configure_threads(intra_op_threads(settings.runtime.intra_op_threads, settings.model.kind, 1),
-                      settings.runtime.inter_op_threads)
+    configure_threads(*op_threads(settings))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
     train, val = prepared("train", 60_000), prepared("val")

@@ -28,13 +28,12 @@ def main() -> None:
     args = parser.parse_args()
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime import configure_threads, intra_op_threads
+    from tfdist.runtime import configure_threads, op_threads
     from tfdist.train.fit import train_model
     from tfdist.train.precision import hardware_support
 
     defaults = config()
-    configure_threads(intra_op_threads(defaults.runtime.intra_op_threads, defaults.model.kind, 1),
-                      defaults.runtime.inter_op_threads)
+    configure_threads(*op_threads(defaults))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
     train, val = prepared("train", 60_000), prepared("val")

@@ -68,7 +68,7 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
 
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime import configure_threads, intra_op_threads
+    from tfdist.runtime import configure_threads, op_threads
     from tfdist.train import models
     from tfdist.train.fit import train_model
 
@@ -76,8 +76,7 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
         models._OPTIMIZERS["adam"] = (models._OPTIMIZERS["adam"][1],) * 2
 
     settings = config(epochs=epochs, batch_size=25)
-    configure_threads(intra_op_threads(settings.runtime.intra_op_threads, settings.model.kind, 1),
-                      settings.runtime.inter_op_threads)
+    configure_threads(*op_threads(settings))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
     train, val, test = full_size("train"), full_size("val"), full_size("test")

@@ -418,7 +418,7 @@ def _check(key: str, value: Any, kind: Any, rules: typing.Mapping[str, Any]) -> 
     if rules.get("auto"):  # a whole number, or auto: tfdist chooses (the knob's docstring says how)
         if value == "auto":
             return value
-        if isinstance(value, str) or isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key} must be a whole number or auto; got {value!r} ({type(value).__name__})")
         kind = int
     value = _coerce(key, value, kind)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import StrategyError
 from tfdist.hardware import usable_cpus
+
+if TYPE_CHECKING:
+    from tfdist.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +101,14 @@ def intra_op_threads(intra_op: int | str, model_kind: str, replicas: int) -> int
     return 1 if model_kind == "mlp" else max(1, len(usable_cpus()) // max(1, replicas))
 
 
-def configure_threads(intra_op: int, inter_op: int) -> tuple[int, int]:
+def op_threads(config: Config, replicas: int = 1) -> tuple[int, int]:
+    """The (intra, inter) op threads of a training process of ``config`` holding ``replicas`` replicas: ``runtime:``,
+    ``auto`` resolved (:func:`intra_op_threads`)."""
+    return (intra_op_threads(config.runtime.intra_op_threads, config.model.kind, replicas),
+            config.runtime.inter_op_threads)
+
+
+def configure_threads(intra_op: int, inter_op: int) -> None:
     """Set TensorFlow's thread pools (0 leaves TensorFlow's choice); first thing in the process.
 
     ``inter_op`` is capped at the CPUs this process may run on: a task pinned
@@ -108,9 +118,6 @@ def configure_threads(intra_op: int, inter_op: int) -> tuple[int, int]:
 
     Once TensorFlow's runtime has started the pools are fixed: then this only
     warns, so a library caller (a notebook, the tests) keeps working.
-
-    Returns:
-        The (intra, inter) op threads TensorFlow runs with from now on.
     """
     tf = tensorflow()
     usable = len(usable_cpus())
@@ -126,6 +133,4 @@ def configure_threads(intra_op: int, inter_op: int) -> tuple[int, int]:
         if current != (intra_op, inter_op):
             log.warning("TensorFlow already runs with (intra, inter) op threads %s; runtime settings %s not applied",
                         current, (intra_op, inter_op))
-        return current
-    return intra_op, inter_op
 

@@ -170,19 +170,8 @@ class TestHosts:
 
     def measure_link(self, sender: int, receiver: int, size: int = 8_000_000, pings: int = 200) -> dict[str, float]:
         """The link from host ``sender`` to ``receiver`` as TCP sees it: round trip (median, µs) and rate (Mbit/s)."""
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", self.names[receiver], sys.executable, "-c", _LINK_SERVER, str(size), str(pings)],
-            stdout=subprocess.PIPE, text=True)
-        try:
-            client = subprocess.run(
-                ["ip", "netns", "exec", self.names[sender], sys.executable, "-c", _LINK_CLIENT,
-                 self.addresses[receiver], str(size), str(pings)], capture_output=True, text=True, timeout=120)
-            if client.returncode:
-                raise RuntimeError(f"measuring the link failed: {client.stderr.strip()[-500:]}")
-            return json.loads(client.stdout)
-        finally:
-            server.kill()
-            server.wait(timeout=30)
+        (found,) = self._transfers([(sender, receiver)], size, pings)
+        return found
 
     def measure_ring(self, count: int, size: int = 32_000_000, pings: int = 200) -> dict[str, float]:
         """The links of the first ``count`` hosts as a ring all-reduce loads them: each sends to the next at once.
@@ -194,25 +183,31 @@ class TestHosts:
         """
         if count < 2:
             raise ValueError("a ring needs 2 hosts or more")
-        servers = [subprocess.Popen(["ip", "netns", "exec", self.names[i], sys.executable, "-c", _LINK_SERVER, str(size),
-                                     str(pings)], stdout=subprocess.PIPE, text=True) for i in range(count)]
+        found = self._transfers([(i, (i + 1) % count) for i in range(count)], size, pings)
+        return {key: statistics.median(link[key] for link in found) for key in ("round_trip_us", "mbit_per_s")}
+
+    def _transfers(self, links: list[tuple[int, int]], size: int, pings: int) -> list[dict[str, float]]:
+        """Each (sender, receiver) link's pings and transfer, all at the same time: what each measured."""
+        servers = [subprocess.Popen(["ip", "netns", "exec", self.names[receiver], sys.executable, "-c", _LINK_SERVER,
+                                     str(size), str(pings)], stdout=subprocess.PIPE, text=True) for _, receiver in links]
         try:
-            start = time.time() + 1.0  # every client started and connected by then
-            clients = [subprocess.Popen(["ip", "netns", "exec", self.names[i], sys.executable, "-c", _LINK_CLIENT,
-                                         self.addresses[(i + 1) % count], str(size), str(pings), str(start)],
+            # Several links: every client starts at once, a second from now (all started and connected by then).
+            start = [str(time.time() + 1.0)] if len(links) > 1 else []
+            clients = [subprocess.Popen(["ip", "netns", "exec", self.names[sender], sys.executable, "-c", _LINK_CLIENT,
+                                         self.addresses[receiver], str(size), str(pings), *start],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                       for i in range(count)]
+                       for sender, receiver in links]
             found = []
             for client in clients:
                 out, err = client.communicate(timeout=120)
                 if client.returncode:
-                    raise RuntimeError(f"measuring the ring failed: {err.strip()[-500:]}")
+                    raise RuntimeError(f"measuring the link failed: {err.strip()[-500:]}")
                 found.append(json.loads(out))
+            return found
         finally:
             for server in servers:
                 server.kill()
                 server.wait(timeout=30)
-        return {key: statistics.median(link[key] for link in found) for key in ("round_trip_us", "mbit_per_s")}
 
     def cut(self, host: int) -> None:
         """Unplug host ``host``'s cable at the switch: from now on its packets are lost, none refused."""

@@ -30,7 +30,7 @@ from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec, check_pipeline, get_spec
 from tfdist.errors import InputError
 from tfdist.reports import RunPaths, TrainOutputs
-from tfdist.runtime import configure_threads, intra_op_threads
+from tfdist.runtime import configure_threads, op_threads
 from tfdist.train.checks import check_cluster, check_config
 from tfdist.train.resume import backups_of
 
@@ -89,9 +89,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
 
 def _threads(config: Config, spec: StrategySpec) -> tuple[int, int]:
     """The (intra, inter) op threads of this process: ``runtime:``, ``auto`` resolved for its model and replicas."""
-    replicas = config.distributed.devices if spec.distributes and not spec.multi_process else 1
-    return (intra_op_threads(config.runtime.intra_op_threads, config.model.kind, replicas),
-            config.runtime.inter_op_threads)
+    return op_threads(config, config.distributed.devices if spec.distributes and not spec.multi_process else 1)
 
 
 def _cluster_task(spec: StrategySpec, config: Config) -> ClusterTask | None:

@@ -66,7 +66,7 @@ postgres: ## Start Debian's PostgreSQL (installed if missing), with a role for y
 	  createdb $(PG_DATABASE); \
 	echo "PostgreSQL $$VERSION is up: mlflow.tracking_uri postgresql://$(PG_USER)@/$(PG_DATABASE)?host=/var/run/postgresql"
 
-# A single-node Slurm for the engine tests: the tests start their own munged, slurmctld and slurmd.
+# Slurm for the engine tests: they start their own munged, and a slurmctld and slurmds on test hosts.
 slurm: ## Install Debian's slurm-wlm and munge for the Slurm tests, if missing (root or sudo)
 	@command -v slurmd >/dev/null && command -v munged >/dev/null || { \
 	  echo "installing Debian's slurm-wlm and munge for the Slurm tests"; \

@@ -12,7 +12,7 @@ import contextlib
 import io
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,16 @@ def model_rounds_options(doc: str) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3)
     return parser.parse_args()
+
+
+def model_rounds(args: argparse.Namespace) -> Iterator[tuple[int, str, int, list[str]]]:
+    """Every (round, model kind, batch, the train stage's settings for them) of ``model_rounds_options``' ``args``,
+    round after round, so that every cell sees the machine's slow and quiet spells alike."""
+    for round_ in range(args.rounds):
+        for model in args.models:
+            for batch in args.batches:
+                yield round_, model, batch, [f"model.kind={model}", f"train.batch_size={batch}",
+                                             f"train.epochs={args.epochs}"]
 
 
 def median(values: list[float]) -> float:

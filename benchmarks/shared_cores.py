@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds_options, table  # noqa: E402
+from common import median, model_rounds, model_rounds_options, table  # noqa: E402
 from strategies import data_folder, report, stage_command  # noqa: E402
 
 from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
@@ -48,17 +48,14 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-shared-cores-"))
     data = data_folder(root)
     steps: dict[tuple, list[float]] = defaultdict(list)
-    for round_ in range(args.rounds):
-        for model in args.models:
-            for batch in args.batches:
-                sets = [f"model.kind={model}", f"train.batch_size={batch}", f"train.epochs={args.epochs}"]
-                tag = f"r{round_}-{model}-b{batch}"
-                (alone,) = steps_ms(root, data, [f"{tag}-alone"], sets)
-                beside, _twin = steps_ms(root, data, [f"{tag}-beside", f"{tag}-twin"], sets)
-                steps[(model, batch, "alone")].append(alone)
-                steps[(model, batch, "beside")].append(beside)
-                print(f"round {round_ + 1} {model} batch {batch}: {alone:.2f} ms/step alone, {beside:.2f} beside a twin",
-                      file=sys.stderr, flush=True)
+    for round_, model, batch, sets in model_rounds(args):
+        tag = f"r{round_}-{model}-b{batch}"
+        (alone,) = steps_ms(root, data, [f"{tag}-alone"], sets)
+        beside, _twin = steps_ms(root, data, [f"{tag}-beside", f"{tag}-twin"], sets)
+        steps[(model, batch, "alone")].append(alone)
+        steps[(model, batch, "beside")].append(beside)
+        print(f"round {round_ + 1} {model} batch {batch}: {alone:.2f} ms/step alone, {beside:.2f} beside a twin",
+              file=sys.stderr, flush=True)
     rows = []
     for model in args.models:
         for batch in args.batches:

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds_options, table  # noqa: E402
+from common import median, model_rounds, model_rounds_options, table  # noqa: E402
 from strategies import data_folder, run  # noqa: E402
 
 from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
@@ -31,17 +31,13 @@ def main() -> None:
     cores = len(usable_cpus())
     settings = sorted({1, cores})
     steps: dict[tuple, list[float]] = defaultdict(list)
-    for round_ in range(args.rounds):
-        for model in args.models:
-            for batch in args.batches:
-                for intra in settings:
-                    name = f"r{round_}-{model}-b{batch}-t{intra}"
-                    report = run(root, data, name, "default", [f"model.kind={model}", f"train.batch_size={batch}",
-                                                               f"train.epochs={args.epochs}",
-                                                               f"runtime.intra_op_threads={intra}"])
-                    steps[(model, batch, intra)].append(1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"])
-                    print(f"round {round_ + 1} {model} batch {batch}, {intra} thread(s) per op: "
-                          f"{steps[(model, batch, intra)][-1]:.2f} ms/step", file=sys.stderr, flush=True)
+    for round_, model, batch, cell in model_rounds(args):
+        for intra in settings:
+            name = f"r{round_}-{model}-b{batch}-t{intra}"
+            report = run(root, data, name, "default", [*cell, f"runtime.intra_op_threads={intra}"])
+            steps[(model, batch, intra)].append(1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"])
+            print(f"round {round_ + 1} {model} batch {batch}, {intra} thread(s) per op: "
+                  f"{steps[(model, batch, intra)][-1]:.2f} ms/step", file=sys.stderr, flush=True)
     rows = []
     for model in args.models:
         for batch in args.batches:

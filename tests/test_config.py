@@ -114,6 +114,7 @@ def test_overrides_are_yaml_typed(tmp_path):
         ("runtime: {intra_op_threads: many}\n", [], "runtime.intra_op_threads must be a whole number or auto; got 'many'"),
         ("runtime: {intra_op_threads: 1.5}\n", [], "runtime.intra_op_threads must be a whole number or auto; got 1.5"),
         ("runtime: {intra_op_threads: -1}\n", [], "runtime.intra_op_threads must be >= 0; got -1"),
+        ("runtime: {onednn: on}\n", [], "runtime.onednn must be a non-empty string; got True: YAML reads an unquoted on"),
     ],
 )
 def test_bad_input_names_the_key(tmp_path, text, overrides, message):

@@ -1,9 +1,14 @@
-"""TensorFlow's runtime as a process sets it up: a server loads TensorFlow without tf_keras, and tf_keras still loads."""
+"""TensorFlow's runtime as a process sets it up: oneDNN as runtime.onednn says; a server loads TensorFlow without tf_keras."""
 
+import os
 import subprocess
 import sys
 
-from helpers.project import REPO
+import pytest
+
+from tfdist.runtime import onednn_enabled
+
+from helpers.project import REPO, tiny_params
 
 SERVER_IMPORT = """
 import sys
@@ -24,3 +29,38 @@ def test_a_server_loads_tensorflow_without_tf_keras_which_stays_importable():
     assert "after tensorflow: []" in result.stdout, "neither tf_keras nor pandas (its data adapter's) is loaded"
     assert "runs: 6" in result.stdout
     assert "tf_keras then: Dense" in result.stdout
+
+
+ONEDNN = """
+import logging, os, sys
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from tfdist.config import load_config
+from tfdist.runtime import configure_runtime
+config = load_config(sys.argv[1], [f"runtime.onednn={sys.argv[2]}"])
+configure_runtime(config)
+from tensorflow.python.util import _pywrap_util_port
+print("oneDNN on:", _pywrap_util_port.IsMklEnabled())
+configure_runtime(load_config(sys.argv[1], ["runtime.onednn=disabled" if sys.argv[2] == "enabled" else "runtime.onednn=enabled"]))
+"""
+
+
+@pytest.mark.parametrize(("setting", "environment", "on"),
+                         [("enabled", "0", True), ("disabled", "1", False), ("tensorflow", "1", True),
+                          ("auto", "1", False)])
+def test_runtime_onednn_turns_tensorflows_onednn_on_or_off_before_it_loads(tmp_path, setting, environment, on):
+    """``tensorflow`` keeps what the environment says; the others override it (``auto``: off for the MLP of the
+    tiny params); once loaded, a change only warns."""
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": environment}
+    result = subprocess.run([sys.executable, "-c", ONEDNN, str(tiny_params(tmp_path)), setting], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"oneDNN on: {on}" in result.stdout
+    if setting != "tensorflow":
+        assert "TensorFlow is already loaded with TF_ENABLE_ONEDNN_OPTS=" in result.stderr
+
+
+def test_auto_onednn_is_off_for_the_mlp_and_on_for_other_models():
+    assert onednn_enabled("auto", "mlp") is False
+    assert onednn_enabled("auto", "cnn") is True and onednn_enabled("auto", "builder") is True
+    assert onednn_enabled("disabled", "cnn") is False and onednn_enabled("enabled", "mlp") is True
+    assert onednn_enabled("tensorflow", "cnn") is None

@@ -36,6 +36,7 @@ OPTIMIZERS = ("adam", "sgd", "rmsprop")
 #: multi_worker_mirrored's all-reduce implementations (``distributed.all_reduce``).
 ALL_REDUCE = ("auto", "ring", "nccl")
 LAUNCHERS = ("local", "ray")
+ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: YAML reads those as booleans
 
 
 #: What a knob decides. ``result``: the trained model or a measured number
@@ -244,10 +245,18 @@ class RuntimeConfig:
             distributed run uses.
         inter_op_threads: ops run at once (0: TensorFlow's choice); 2 lets two
             replicas, or compute and input, proceed side by side.
+        onednn: TensorFlow's oneDNN kernels and graph rewrites (``TF_ENABLE_ONEDNN_OPTS``):
+            ``enabled``, ``disabled``, ``tensorflow`` (the variable as the environment sets it,
+            else TensorFlow's own default, which is off on x86 CPUs without AVX-512), or
+            ``auto``: enabled for any model but the seed MLP, whose step it changed within noise
+            (so the MLP's numbers stay comparable with earlier runs'), while the convnet's step took
+            0.65x the time, and under a strategy 0.4x (docs/performance.md, "oneDNN";
+            :func:`tfdist.runtime.onednn_enabled`).
     """
 
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)
     inter_op_threads: int = _knob(2, decides=_TRAIN, ge=0)
+    onednn: str = _knob("auto", decides=_TRAIN, choices=ONEDNN_SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -450,6 +459,9 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
     elif kind is str:
         if isinstance(value, str) and value:
             return value
+        if isinstance(value, bool):  # on/off/yes/no unquoted: YAML 1.1 reads them as booleans
+            raise ConfigError(f"{key} must be {_TYPE_WORDS[kind]}; got {value!r}: YAML reads an unquoted "
+                              "on, off, yes or no as true or false; quote it, or write the value the key names")
     raise ConfigError(f"{key} must be {_TYPE_WORDS[kind]}; got {value!r} ({type(value).__name__})")
 
 

@@ -1,7 +1,7 @@
-"""How this process's TensorFlow runtime uses the machine: thread pools and logical CPU devices.
+"""How this process's TensorFlow runtime uses the machine: oneDNN, thread pools and logical CPU devices.
 
-Both are fixed once TensorFlow runs its first op, so a training process
-sets them first thing: ``runtime:`` in params.yaml sizes the thread pools,
+All are fixed once TensorFlow runs its first op, so a training process
+sets them first thing: ``runtime:`` in params.yaml turns oneDNN on or off and sizes the thread pools,
 and strategies that want several replicas (or layer stages) on a CPU split
 it into logical devices.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,51 @@ def op_threads(config: Config, replicas: int = 1) -> tuple[int, int]:
     ``auto`` resolved (:func:`intra_op_threads`)."""
     return (intra_op_threads(config.runtime.intra_op_threads, config.model.kind, replicas),
             config.runtime.inter_op_threads)
+
+
+#: TensorFlow reads it once, when it first asks whether oneDNN is on (its ops' kernels and graph rewrites).
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+
+
+def onednn_enabled(setting: str, model_kind: str) -> bool | None:
+    """Whether ``runtime.onednn`` turns oneDNN on for ``model_kind``; None leaves it to TensorFlow (``tensorflow``).
+
+    ``auto`` turns it on for any model but the seed MLP: on a CPU without
+    AVX-512, where TensorFlow leaves it off, it made the convnet's step 1.4-1.5x
+    faster, and 2.3-2.6x under a strategy of one replica, and changed the MLP's
+    within noise; off, the MLP's results stay those of earlier runs (oneDNN
+    rounds differently). docs/performance.md, "oneDNN".
+    """
+    if setting == "tensorflow":
+        return None
+    if setting == "auto":
+        return model_kind != "mlp"
+    return setting == "enabled"
+
+
+def configure_onednn(setting: str, model_kind: str) -> None:
+    """Turn TensorFlow's oneDNN kernels on or off as ``runtime.onednn`` says for ``model_kind``; before TensorFlow loads.
+
+    ``tensorflow`` leaves the environment (and TensorFlow's default) alone.
+    After TensorFlow has loaded this only warns when the setting differs:
+    the variable is read once per process.
+    """
+    enabled = onednn_enabled(setting, model_kind)
+    if enabled is None:
+        return
+    wanted = "1" if enabled else "0"
+    if "tensorflow" in sys.modules:
+        if os.environ.get(ONEDNN_ENV) != wanted:
+            log.warning("TensorFlow is already loaded with %s=%s; runtime.onednn %s not applied", ONEDNN_ENV,
+                        os.environ.get(ONEDNN_ENV, "unset"), setting)
+        return
+    os.environ[ONEDNN_ENV] = wanted
+
+
+def configure_runtime(config: Config, replicas: int = 1) -> None:
+    """All of ``runtime:`` in a training process of ``replicas`` replicas, first thing: oneDNN, then the thread pools."""
+    configure_onednn(config.runtime.onednn, config.model.kind)
+    configure_threads(*op_threads(config, replicas))
 
 
 def configure_threads(intra_op: int, inter_op: int) -> None:

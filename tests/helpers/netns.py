@@ -3,7 +3,9 @@
 A real network between a cluster's tasks without a second machine: every
 host is a namespace with a veth cable (``eth0``, ``10.213.0.<i+1>/24``) into a
 bridge namespace, the switch. There is no route out, so traffic stays among
-these hosts; each host's loopback is its own. :meth:`TestHosts.cut` unplugs
+these hosts; each host's loopback is its own. Every host knows every other
+by name, as on a real network: its /etc/hosts (``/etc/netns/<host>/hosts``,
+which ``ip netns exec`` mounts over /etc/hosts) lists them all. :meth:`TestHosts.cut` unplugs
 a host's cable at the switch (its packets vanish, as when a link fails, rather
 than being refused), :meth:`TestHosts.mend` plugs it back.
 
@@ -25,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SUBNET = "10.213.0"
+#: Where ``ip netns exec`` finds the files it mounts over /etc in a namespace.
+NAMES_ROOT = Path("/etc/netns")
 LINK_PORT = 2299
 
 #: Echoes ``pings`` one-byte messages, then reads ``size`` bytes and answers one byte.
@@ -71,6 +75,8 @@ seconds = time.perf_counter() - start
 print(json.dumps({{"round_trip_us": 1e6 * statistics.median(trips), "mbit_per_s": 8 * size / seconds / 1e6}}))
 """
 _names = itertools.count()
+#: A machine's own view, in private mounts and hostname: its /etc/hosts and name (the rest of /etc and /sys are this box's).
+_AS_MACHINE = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
 
 
 def available() -> str:
@@ -120,6 +126,11 @@ class TestHosts:
                 _ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
                 _ip("-n", name, "link", "set", "eth0", "up")
                 _ip("-n", self.switch, "link", "set", port, "master", "sw0", "up")
+            names = "".join(f"{address} {name}\n" for name, address in zip(self.names, self.addresses, strict=True))
+            for name in self.names:
+                folder = NAMES_ROOT / name
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "hosts").write_text(f"127.0.0.1 localhost\n{names}")
         except BaseException:
             self.close()
             raise
@@ -131,18 +142,28 @@ class TestHosts:
         self.close()
 
     def start(self, host: int, command: Sequence[str], env: dict[str, str], cwd: Path, log: Path, *,
-              outside: Sequence[str] = ()) -> subprocess.Popen:
+              outside: Sequence[str] = (), as_machine: bool = False) -> subprocess.Popen:
         """Run ``command`` on host ``host``, its output (stdout and stderr) into ``log``.
 
         ``outside``: a command to enter the host through, run before the
         namespace is (e.g. a CPU share's, which writes to the cgroup files that
-        ``ip netns exec``'s own /sys does not show).
+        ``ip netns exec``'s own /sys does not show). ``as_machine``: run it as
+        on a machine of its own, for daemons that check: the host's name as its
+        hostname, and this machine's /sys with its cgroups (Slurm's daemons use them).
         """
         with open(log, "w") as out:
-            process = subprocess.Popen([*outside, "ip", "netns", "exec", self.names[host], *command], cwd=cwd, env=env,
-                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen([*outside, *self.enter(host, as_machine=as_machine), *command], cwd=cwd,
+                                       env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes.append(process)
         return process
+
+    def enter(self, host: int, *, as_machine: bool = False) -> list[str]:
+        """The command prefix that runs a command on host ``host`` (see :meth:`start` for ``as_machine``)."""
+        name = self.names[host]
+        if not as_machine:
+            return ["ip", "netns", "exec", name]
+        return ["nsenter", f"--net=/run/netns/{name}", "unshare", "--mount", "--uts", "--", "sh", "-c", _AS_MACHINE,
+                "sh", str(NAMES_ROOT / name / "hosts"), name]
 
     def shape(self, rate: str | None, burst: str = "16kb") -> None:
         """Shape every cable, both ways, to ``rate`` (``tc`` tbf, e.g. ``1gbit``); None takes the shaping off.
@@ -213,6 +234,16 @@ class TestHosts:
         """Unplug host ``host``'s cable at the switch: from now on its packets are lost, none refused."""
         _ip("-n", self.switch, "link", "set", self._ports[host], "down")
 
+    def fail(self, host: int) -> None:
+        """Host ``host`` fails as a machine does: its cable unplugged (:meth:`cut`), every process on it killed at once."""
+        self.cut(host)
+        pids = subprocess.run(["ip", "netns", "pids", self.names[host]], capture_output=True, text=True, timeout=30)
+        for pid in pids.stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def mend(self, host: int) -> None:
         _ip("-n", self.switch, "link", "set", self._ports[host], "up")
 
@@ -223,3 +254,4 @@ class TestHosts:
                 process.wait(timeout=30)
         for name in [*self.names, self.switch]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            shutil.rmtree(NAMES_ROOT / name, ignore_errors=True)

@@ -11,17 +11,29 @@ Layout: multi_worker_mirrored makes every task a worker (worker 0 is the
 chief); parameter_server makes rank 0 the chief, the next ``distributed.ps``
 the ps, and the rest workers (the resolver assigns ranks to jobs in name order).
 A step of one task is not a cluster: the local launcher runs as usual.
+
+parameter_server's servers (its ps and workers) run what the chief sends and
+never end on their own, while a Slurm step lasts until its last task ends. So
+the chief, done (trained or failed), stops them: ``scancel --signal=TERM`` on
+its own step, which a server answers by exiting 0 (it has nothing to save) and
+the chief ignores; the step then ends with the chief's exit code. A chief that
+dies instead leaves that to ``srun --kill-on-bad-exit=1``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Mapping
 
 from tfdist.config import DistributedConfig
 from tfdist.distribute.cluster_spec import ClusterError, ClusterTask
 from tfdist.distribute.registry import StrategySpec
+
+log = logging.getLogger(__name__)
 
 #: The port of a node's first task; the next task on the same node takes the next port.
 PORT_BASE = 8888
@@ -75,3 +87,29 @@ def _has_gpus() -> bool:
     if visible is not None:
         return bool(visible.strip())
     return shutil.which("nvidia-smi") is not None
+
+
+#: Seconds scancel gets to hand the step's servers their SIGTERM.
+STOP_TIMEOUT = 30
+
+
+def stop_step_servers() -> None:
+    """Stop the other tasks of this Slurm step (parameter_server's servers): SIGTERM to the step, this task excepted.
+
+    Only the chief calls this, once done; it ignores the signal from then on.
+    When scancel is missing or fails, the servers keep the step running: say
+    how to end it.
+    """
+    step = f"{os.environ.get('SLURM_JOB_ID')}.{os.environ.get('SLURM_STEP_ID')}"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        done = subprocess.run(["scancel", "--signal=TERM", step], capture_output=True, text=True,
+                              timeout=STOP_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        log.error("could not stop the step's servers (scancel: %s); end the step with scancel %s", err, step)
+        return
+    if done.returncode:
+        log.error("could not stop the step's servers (scancel: %s); end the step with scancel %s",
+                  done.stderr.strip() or f"exit {done.returncode}", step)
+        return
+    log.info("Slurm step %s: the chief is done and stopped its servers", step)

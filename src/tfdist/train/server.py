@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
+from tfdist.config import Config
 from tfdist.distribute.cluster_spec import ClusterTask
-from tfdist.runtime import configure_threads, tensorflow, tensorflow_without_keras
+from tfdist.runtime import configure_onednn, configure_threads, op_threads, tensorflow, tensorflow_without_keras
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +42,24 @@ def serve_profiler(task: ClusterTask) -> None:
     log.info("%s serves TensorFlow's profiler on port %d (%s)", task.name, port, PROFILER_PORT_ENV)
 
 
-def serve(task: ClusterTask, threads: tuple[int, int]) -> None:
-    """Run this process as a server task (a parameter_server worker or ps), with (intra, inter) op ``threads``, until stopped.
+def serve(task: ClusterTask, config: Config) -> None:
+    """Run this process as a server task (a parameter_server worker or ps), with ``config``'s ``runtime:``, until stopped.
 
     The chief sends these tasks their work; they never finish on their own (a
-    TFJob ends when its chief succeeds; the local launcher stops them).
+    TFJob ends when its chief succeeds; the local launcher stops them; a Slurm
+    step's chief scancels them).
     """
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # nothing to save: die at once when stopped
+    # Nothing to save: stopped, a server has done its part and exits 0 at once, so that a Slurm
+    # step its chief stops ends with the chief's exit code (tfdist.cluster.slurm.stop_step_servers).
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    configure_onednn(config.runtime.onednn, config.model.kind)  # a worker runs the model's steps
     tf = tensorflow_without_keras()
-    configure_threads(*threads)
+    configure_threads(*op_threads(config))
     serve_profiler(task)
-    server = tf.distribute.Server(
+    server = tf.distribute.Server(  # noqa: F841  (held: a collected server stops serving)
         tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,
         protocol="grpc", start=True,
     )
     log.info("%s serving on %s for the chief", task.name, task.cluster[task.task_type][task.task_index])
-    server.join()
+    while True:  # not server.join(): a C++ wait in which no Python signal handler, the one above, runs
+        time.sleep(3600)

@@ -30,7 +30,7 @@ from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec, check_pipeline, get_spec
 from tfdist.errors import InputError
 from tfdist.reports import RunPaths, TrainOutputs
-from tfdist.runtime import configure_threads, op_threads
+from tfdist.runtime import configure_runtime
 from tfdist.train.checks import check_cluster, check_config
 from tfdist.train.resume import backups_of
 
@@ -70,7 +70,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
             on_stop=stop,
         )
     if not spec.multi_process:
-        configure_threads(*_threads(config, spec))
+        configure_runtime(config, _replicas(config, spec))
         if task is not None:
             log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster_spec.TF_CONFIG, spec.name)
         return _run(config, spec, name, paths, None)
@@ -79,17 +79,22 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
     if spec.launcher_trains and task.task_type != "chief":
         from tfdist.train.server import serve  # TensorFlow without tf_keras: a server builds no model
 
-        serve(task, _threads(config, spec))
+        serve(task, config)
         return None
     if spec.launcher_trains:  # parameter_server's chief coordinates, as under the local launcher
-        return _coordinate(config, spec, name, paths, task)
-    configure_threads(*_threads(config, spec))
+        if not slurm.in_slurm_step():
+            return _coordinate(config, spec, name, paths, task)
+        try:
+            return _coordinate(config, spec, name, paths, task)
+        finally:  # its servers never end on their own, and the step ends with its last task
+            slurm.stop_step_servers()
+    configure_runtime(config, _replicas(config, spec))
     return _run(config, spec, name, paths, task)
 
 
-def _threads(config: Config, spec: StrategySpec) -> tuple[int, int]:
-    """The (intra, inter) op threads of this process: ``runtime:``, ``auto`` resolved for its model and replicas."""
-    return op_threads(config, config.distributed.devices if spec.distributes and not spec.multi_process else 1)
+def _replicas(config: Config, spec: StrategySpec) -> int:
+    """The replicas this process holds: its ``runtime:`` threads are resolved for them."""
+    return config.distributed.devices if spec.distributes and not spec.multi_process else 1
 
 
 def _cluster_task(spec: StrategySpec, config: Config) -> ClusterTask | None:
@@ -122,7 +127,7 @@ def _coordinate(config: Config, spec: StrategySpec, name: str, paths: RunPaths, 
     that are gone (lost mid-training, or stopped) are filtered out; at exit
     they would not be.
     """
-    configure_threads(*_threads(config, spec))
+    configure_runtime(config, _replicas(config, spec))
     from tfdist.tf_private import reset_eager_context
 
     outputs = _run(config, spec, name, paths, chief)

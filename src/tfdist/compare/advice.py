@@ -112,6 +112,12 @@ def _why(best: RunRow, normal: RunRow) -> str:
                 "a split pays when the model does not fit one device.")
     if best.shared_cpu and best.workers > 1:
         servers = f" and {best.ps} parameter server(s)" if best.ps else ""
+        if best.speedup >= 1 + _NOISE:  # the cores, not more of them: the processes used them better
+            return (f"Its {best.workers} worker processes{servers} shared the same {cores} CPU cores of one machine "
+                    f"({best.given}) as normal training ({normal.given}): each computed its own batch on its "
+                    "own core, which used the cores better than normal training's op threads did (small ops "
+                    "split poorly across cores), though every step pays for gRPC traffic between the processes; "
+                    "the same cores, not more of them.")
         return (f"Its {best.workers} worker processes{servers} shared the same {cores} CPU cores of one machine, "
                 "so they add no compute, while every step pays for gRPC traffic between the processes "
                 "(all-reduce, or pushing updates to the ps); distribution pays with separate machines or GPUs.")

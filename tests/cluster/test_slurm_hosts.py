@@ -7,7 +7,6 @@ run on host 0, as on a login node. One cluster for the module.
 """
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -77,7 +76,7 @@ def test_parameter_server_across_nodes_ends_with_its_chief_and_leaves_no_task(tm
     report = json.loads((tmp_path / "reports" / "parameter_server.json").read_text())
     assert report["val_accuracy"] > 0.5
     assert sorted(report["hardware"]["hosts"]) == sorted(cluster.nodes)
-    assert not running_stage_tasks(), "every task of the step ended with it"
+    assert not running_stage_tasks(tmp_path), "every task of the step ended with it"
     print(f"parameter_server step across 2 nodes: {time.monotonic() - started:.0f} s")
 
 
@@ -89,13 +88,13 @@ def test_a_failing_chief_ends_the_step_with_its_exit_code(tmp_path, prepared_cop
                             cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "train.npz" in result.stderr
-    assert not running_stage_tasks()
+    assert not running_stage_tasks(tmp_path)
 
 
-def running_stage_tasks() -> list[str]:
-    """Train stage processes still running on this machine (any host): a step must leave none."""
+def running_stage_tasks(workdir) -> list[str]:
+    """Train stage processes of this test (their paths are under ``workdir``) still running on any host."""
     found = subprocess.run(["pgrep", "-af", "stages.train"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in found if str(os.getpid()) not in line]
+    return [line for line in found if str(workdir) in line]
 
 
 def test_a_node_lost_mid_training_ends_the_step_naming_it_and_a_rerun_resumes(tmp_path, prepared_copy, cluster):

@@ -15,7 +15,7 @@ import mlflow
 import pytest
 
 from helpers import netns, slurm
-from helpers.project import REPO, local_mode_environment, tiny_params, train_stage_command
+from helpers.project import REPO, local_mode_environment, stage_paths, tiny_params, train_stage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available() or slurm.available()),
                                                    reason=netns.available() or slurm.available() or "")]
@@ -39,10 +39,11 @@ def environment(cluster) -> dict[str, str]:
     return {**local_mode_environment(), "SLURM_CONF": cluster.env["SLURM_CONF"], "PYTHON": sys.executable}
 
 
-def stage_paths(workdir):
-    return ["--params", str(workdir / "params.yaml"), "--data", str(workdir / "data" / "prepared"),
-            "--models", str(workdir / "models"), "--reports", str(workdir / "reports"),
-            "--backups", str(workdir / "backups")]
+def parameter_server_step(cluster, workdir) -> subprocess.CompletedProcess:
+    """parameter_server under ``srun -N2 -n3``: the chief and the ps on one node, a worker on the other."""
+    return subprocess.run(cluster.client(["srun", "-N2", "-n3", "--kill-on-bad-exit=1",
+                                          *train_stage_command(workdir, "parameter_server")]),
+                          cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
 
 def test_the_sbatch_example_puts_a_worker_on_each_node(tmp_path, prepared_copy, cluster):
@@ -67,9 +68,7 @@ def test_the_sbatch_example_puts_a_worker_on_each_node(tmp_path, prepared_copy, 
 def test_parameter_server_across_nodes_ends_with_its_chief_and_leaves_no_task(tmp_path, prepared_copy, cluster):
     tiny_params(tmp_path, distributed={"ps": 1})
     started = time.monotonic()
-    result = subprocess.run(cluster.client(["srun", "-N2", "-n3", "--kill-on-bad-exit=1",
-                                            *train_stage_command(tmp_path, "parameter_server")]),
-                            cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    result = parameter_server_step(cluster, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Slurm step: task 0 of 3 is chief-0" in result.stderr
     assert "the chief is done and stopped its servers" in result.stderr
@@ -83,9 +82,7 @@ def test_parameter_server_across_nodes_ends_with_its_chief_and_leaves_no_task(tm
 def test_a_failing_chief_ends_the_step_with_its_exit_code(tmp_path, prepared_copy, cluster):
     tiny_params(tmp_path, distributed={"ps": 1})
     (tmp_path / "data" / "prepared" / "train.npz").write_bytes(b"not a numpy archive")
-    result = subprocess.run(cluster.client(["srun", "-N2", "-n3", "--kill-on-bad-exit=1",
-                                            *train_stage_command(tmp_path, "parameter_server")]),
-                            cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    result = parameter_server_step(cluster, tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "train.npz" in result.stderr
     assert not running_stage_tasks(tmp_path)

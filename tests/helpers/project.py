@@ -25,14 +25,17 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def stage_paths(workdir: Path) -> list[str]:
+    """The train stage's path options, every one (params, data, outputs, backups) under ``workdir``."""
+    return ["--params", str(workdir / "params.yaml"), "--data", str(workdir / "data" / "prepared"),
+            "--models", str(workdir / "models"), "--reports", str(workdir / "reports"),
+            "--backups", str(workdir / "backups")]
+
+
 def train_stage_command(workdir: Path, strategy: str, name: str | None = None, *sets: str) -> list[str]:
     """The train stage as a subprocess command, every path (params, data, outputs, backups) under ``workdir``."""
-    return [
-        sys.executable, "-m", "stages.train", "--params", str(workdir / "params.yaml"), "--strategy", strategy,
-        "--name", name or strategy, "--data", str(workdir / "data" / "prepared"), "--models", str(workdir / "models"),
-        "--reports", str(workdir / "reports"), "--backups", str(workdir / "backups"),
-        *(arg for item in sets for arg in ("--set", item)),
-    ]
+    return [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name or strategy,
+            *stage_paths(workdir), *(arg for item in sets for arg in ("--set", item))]
 
 
 def copy_project(root: Path, **sections: dict) -> Path:

@@ -47,7 +47,7 @@ class RayNodes:
         try:
             self.nodes.append(self._start(0))
             deadline = time.monotonic() + NODE_START_TIMEOUT
-            while subprocess.run(["ip", "netns", "exec", self.hosts.names[0], sys.executable, "-c",
+            while subprocess.run([*self.hosts.enter(0), sys.executable, "-c",
                                   f"import socket; socket.create_connection(('{self.hosts.addresses[0]}', {PORT}), 1)"],
                                  capture_output=True).returncode:
                 assert self.nodes[0].poll() is None and time.monotonic() < deadline, self.log(0)
@@ -83,7 +83,7 @@ class RayNodes:
         while True:
             for host, node in enumerate(self.nodes):
                 assert node.poll() is None, self.log(host)
-            status = subprocess.run(["ip", "netns", "exec", self.hosts.names[0], RAY, "status",
+            status = subprocess.run([*self.hosts.enter(0), RAY, "status",
                                      f"--address={self.address}"], capture_output=True, text=True, timeout=60,
                                     env={**os.environ, **TOKEN})
             if status.returncode == 0 and len(re.findall(r"^\s*1 node_", status.stdout, re.M)) >= self.count:

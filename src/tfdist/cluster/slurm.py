@@ -105,11 +105,10 @@ def stop_step_servers() -> None:
     try:
         done = subprocess.run(["scancel", "--signal=TERM", step], capture_output=True, text=True,
                               timeout=STOP_TIMEOUT)
+        failure = (done.stderr.strip() or f"exit {done.returncode}") if done.returncode else ""
     except (OSError, subprocess.TimeoutExpired) as err:
-        log.error("could not stop the step's servers (scancel: %s); end the step with scancel %s", err, step)
-        return
-    if done.returncode:
-        log.error("could not stop the step's servers (scancel: %s); end the step with scancel %s",
-                  done.stderr.strip() or f"exit {done.returncode}", step)
-        return
-    log.info("Slurm step %s: the chief is done and stopped its servers", step)
+        failure = str(err)
+    if failure:
+        log.error("could not stop the step's servers (scancel: %s); end the step with scancel %s", failure, step)
+    else:
+        log.info("Slurm step %s: the chief is done and stopped its servers", step)

@@ -82,12 +82,11 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
         serve(task, config)
         return None
     if spec.launcher_trains:  # parameter_server's chief coordinates, as under the local launcher
-        if not slurm.in_slurm_step():
-            return _coordinate(config, spec, name, paths, task)
         try:
             return _coordinate(config, spec, name, paths, task)
-        finally:  # its servers never end on their own, and the step ends with its last task
-            slurm.stop_step_servers()
+        finally:
+            if slurm.in_slurm_step():  # its servers never end on their own, and a step ends with its last task
+                slurm.stop_step_servers()
     configure_runtime(config, _replicas(config, spec))
     return _run(config, spec, name, paths, task)
 

@@ -14,7 +14,7 @@ help: ## List the targets
 install: $(VENV)/.installed vega/offline.html ## Create .venv and install tfdist with its dev extras, and the offline plots template
 
 # Every package at the version uv.lock pins (hashes checked): the environment the tests ran on.
-# Extras: dev (tests, lint), postgres (a PostgreSQL tracking store), auth (MLflow's basic-auth server), ray (Ray Train launcher), s3 (DVC remote and MLflow artifacts on S3).
+# Extras: dev (tests, lint), postgres (a PostgreSQL tracking store), auth (MLflow's basic-auth server), ray (Ray launcher), s3 (DVC remote and MLflow artifacts on S3).
 EXTRAS ?= dev postgres auth ray s3
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv

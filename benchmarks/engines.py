@@ -106,7 +106,7 @@ def main() -> None:
 
             engines: dict[str, Callable[[str], None]] = {
                 "local launcher (2 workers on host 0)": local, "TF_CONFIG by hand": by_hand,
-                "Slurm (srun -N2)": on_slurm, "Ray Train (2 nodes)": on_ray}
+                "Slurm (srun -N2)": on_slurm, "Ray (2 nodes)": on_ray}
             runs: dict[str, list[dict]] = {label: [] for label in engines}
             labels = list(engines)
             try:

@@ -1,4 +1,4 @@
-"""What Ray Train costs as the launcher of multi_worker_mirrored, against tfdist's local launcher.
+"""What Ray costs as the launcher of multi_worker_mirrored, against tfdist's local launcher.
 
 Runs the train stage (2 workers, the prepared sample in ``data/prepared``) once
 per launcher per round, alternating which goes first, each in its own temp

@@ -201,7 +201,8 @@ class DistributedConfig:
             it gives up naming them (:mod:`tfdist.cluster.rendezvous`).
         launcher: what starts a multi-process strategy's tasks when no TF_CONFIG is
             set: ``local`` (processes on 127.0.0.1, :mod:`tfdist.cluster.launcher`) or ``ray``
-            (Ray Train's TensorflowTrainer, :mod:`tfdist.cluster.ray_launcher`; multi_worker_mirrored only).
+            (Ray actors placed by Ray, each task's TF_CONFIG written from where it landed,
+            :mod:`tfdist.cluster.ray_launcher`).
         ray_address: the Ray cluster under ``launcher: ray``: ``local`` starts one on
             127.0.0.1 (Ray's own word for it); ``auto``, ``host:6379`` or ``ray://host:10001`` joins one.
         heartbeat_timeout: seconds without a heartbeat after which TensorFlow's

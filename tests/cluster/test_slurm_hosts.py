@@ -15,7 +15,7 @@ import mlflow
 import pytest
 
 from helpers import netns, slurm
-from helpers.project import REPO, local_mode_environment, stage_paths, tiny_params, train_stage_command
+from helpers.project import REPO, local_mode_environment, running_stage_tasks, stage_paths, tiny_params, train_stage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available() or slurm.available()),
                                                    reason=netns.available() or slurm.available() or "")]
@@ -86,12 +86,6 @@ def test_a_failing_chief_ends_the_step_with_its_exit_code(tmp_path, prepared_cop
     assert result.returncode == 2, result.stderr[-3000:]
     assert "train.npz" in result.stderr
     assert not running_stage_tasks(tmp_path)
-
-
-def running_stage_tasks(workdir) -> list[str]:
-    """Train stage processes of this test (their paths are under ``workdir``) still running on any host."""
-    found = subprocess.run(["pgrep", "-af", "stages.train"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in found if str(workdir) in line]
 
 
 def test_a_node_lost_mid_training_ends_the_step_naming_it_and_a_rerun_resumes(tmp_path, prepared_copy, cluster):

@@ -25,6 +25,12 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def running_stage_tasks(workdir: Path) -> list[str]:
+    """Train stage processes of this test (their paths are under ``workdir``) still running on any host."""
+    found = subprocess.run(["pgrep", "-af", "stages.train"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in found if str(workdir) in line]
+
+
 def stage_paths(workdir: Path) -> list[str]:
     """The train stage's path options, every one (params, data, outputs, backups) under ``workdir``."""
     return ["--params", str(workdir / "params.yaml"), "--data", str(workdir / "data" / "prepared"),

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from helpers import netns
@@ -37,8 +38,9 @@ _LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 class RayNodes:
     """A Ray node on each of ``hosts``' first ``count`` hosts; :attr:`address` is the head's ``host:port``."""
 
-    def __init__(self, hosts: netns.TestHosts, root: Path, count: int = 2):
+    def __init__(self, hosts: netns.TestHosts, root: Path, count: int = 2, cpus: Sequence[int] = ()):
         self.hosts, self.root, self.count = hosts, root, count
+        self.cpus = list(cpus) or [1] * count  # each node's CPUs
         self.address = f"{hosts.addresses[0]}:{PORT}"
         self.nodes: list[subprocess.Popen] = []
         self._temps: list[str] = []
@@ -71,11 +73,26 @@ class RayNodes:
         # (pytest's temp folders under xdist are longer than that leaves room for).
         temp = tempfile.mkdtemp(prefix=f"tfdist-ray-{host}-", dir="/tmp")
         self._temps.append(temp)
-        command = [RAY, "start", "--block", *role, f"--node-ip-address={self.hosts.addresses[host]}", "--num-cpus=1",
-                   "--disable-usage-stats", f"--temp-dir={temp}"]
+        command = [RAY, "start", "--block", *role, f"--node-ip-address={self.hosts.addresses[host]}",
+                   f"--num-cpus={self.cpus[host]}", "--disable-usage-stats", f"--temp-dir={temp}"]
         env = {**os.environ, **TOKEN, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "2"}
         env.pop(_LOOPBACK_ONLY, None)
         return self.hosts.start(host, command, env, REPO, self.root / f"ray-node-{host}.log")
+
+    def kill_raylet(self, host: int) -> None:
+        """SIGKILL host ``host``'s raylet, as a crash would (its ``ray start --block`` then stops the node's rest)."""
+        pids = subprocess.run(["ip", "netns", "pids", self.hosts.names[host]], capture_output=True, text=True,
+                              timeout=30).stdout.split()
+        raylets = [int(pid) for pid in pids if _command_name(pid) == "raylet"]
+        assert raylets, f"no raylet on host {host}"
+        for pid in raylets:
+            os.kill(pid, signal.SIGKILL)
+        self.nodes[host].wait(timeout=60)
+
+    def restart(self, host: int) -> None:
+        """Start host ``host``'s node again (a new node on the same address), and wait until the head counts it."""
+        self.nodes[host] = self._start(host)
+        self._wait_for_nodes()
 
     def _wait_for_nodes(self) -> None:
         """Until the head's cluster counts every node live (``ray status`` on the head's host), bounded."""
@@ -102,3 +119,10 @@ class RayNodes:
                 os.killpg(node.pid, signal.SIGKILL)
         for temp in self._temps:
             shutil.rmtree(temp, ignore_errors=True)
+
+
+def _command_name(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # it ended meanwhile
+        return ""

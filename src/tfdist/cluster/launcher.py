@@ -83,21 +83,35 @@ def launch_local(
         RunError: a task failed and no restart is left.
         Interrupted: this process got SIGINT or SIGTERM (never restarted).
     """
-    limit = distributed.max_restarts
-    restart = restarts_done()
+    # A coordinating chief's TensorFlow runtime stays bound to the cluster it coordinated: only a new
+    # process can start a new one.
+    return restarting(lambda: _attempt(spec, distributed, command, coordinate, on_stop), distributed.max_restarts,
+                      restarts_done(), lambda restart: restart_self(command, restart) if spec.launcher_trains else None)
+
+
+class NoRoom(RunError):
+    """The cluster has no room for the tasks: restarting would only wait for it again."""
+
+
+def restarting(attempt: Callable[[], T], limit: int, restart: int = 0,
+               before_retry: Callable[[int], None] = lambda restart: None) -> T:
+    """Run ``attempt`` again after each RunError, ``limit`` times in all (``restart`` already done), then give up.
+
+    Interrupted is a BaseException, not a RunError: a stopped launcher never restarts; nor is
+    :class:`NoRoom` retried.
+    """
     while True:
         try:
-            return _attempt(spec, distributed, command, coordinate, on_stop)
-        except RunError as err:  # not Interrupted (a BaseException): a stopped launcher never restarts
+            return attempt()
+        except NoRoom:
+            raise
+        except RunError as err:
             if restart >= limit:
                 raise RunError(f"{err}\n(gave up after {restart} restart(s): distributed.max_restarts is {limit})") from None
             restart += 1
             log.warning("%s\nrestarting every task (restart %d of %d); training resumes from the last backed-up epoch",
                         err, restart, limit)
-            if spec.launcher_trains:
-                # This process's TensorFlow runtime stays bound to the cluster it
-                # coordinated: only a new process can start a new one.
-                restart_self(command, restart)
+            before_retry(restart)
 
 
 def _attempt(

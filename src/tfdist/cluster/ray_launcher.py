@@ -1,14 +1,22 @@
-"""Ray Train as the engine of a multi_worker_mirrored run: the same tasks, started by Ray.
+"""Ray as the engine of a multi-process strategy: the same tasks, placed and started by Ray.
 
-With ``distributed.launcher: ray`` (and no TF_CONFIG) the train stage hands
-its cluster to ``ray.train.tensorflow.TensorflowTrainer``: Ray starts
-``distributed.workers`` workers and writes each one's TF_CONFIG (workers only:
-worker 0 is the chief), and each Ray worker runs this same train stage as that
-task, in cluster mode. So waiting for peers, heartbeats, the lost-peer
-messages, the chief's MLflow run and its outputs are exactly those of a
-hand-made cluster. A failed attempt restarts every worker up to
-``distributed.max_restarts`` times (Ray's ``FailureConfig``), and training
-resumes from the chief's backup.
+With ``distributed.launcher: ray`` (and no TF_CONFIG) the train stage asks Ray
+for a place for every task of the strategy's cluster (a placement group of one
+CPU per task, spread over the nodes), starts a Ray actor in each place, and
+writes each task's TF_CONFIG itself from where its actor landed: the actor's
+node address and a free port there. Each actor runs this same train stage as
+that task, in cluster mode, and streams its lines back. So waiting for peers,
+heartbeats, the lost-peer messages, the chief's MLflow run and its outputs are
+exactly those of a hand-made cluster, and parameter_server's chief, workers and
+ps run on Ray as well as multi_worker_mirrored's workers: a TF_CONFIG of our own
+has every role (Ray Train's TensorflowTrainer, used here before, writes workers
+only, and its controller, storage and teardown cost ~34 s a stage).
+
+A failed attempt (a task exits non-zero, or its actor dies with its node)
+stops every task and asks Ray for places again, up to
+``distributed.max_restarts`` times; training resumes from the chief's backup.
+A cluster without room (a lost node that never comes back) fails after
+``distributed.connect_timeout`` seconds, naming the node.
 
 On one machine (``distributed.ray_address: local``) it starts a local Ray
 cluster whose every address is 127.0.0.1: by default Ray advertises the
@@ -19,24 +27,26 @@ the same path (the task command is this stage's own).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tfdist import native_logs
-from tfdist.cluster.launcher import SCRATCH_ENV
+from tfdist.cluster.launcher import SCRATCH_ENV, NoRoom, describe_cluster, restarting
+from tfdist.cluster.ports import free_ports, release_ports
 from tfdist.cluster.processes import die_with_parent
 from tfdist.config import DistributedConfig
-from tfdist.distribute import cluster_spec
+from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError, Interrupted, RunError
 
@@ -47,15 +57,22 @@ _RAY_NETWORKED_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: Where `ray start` and `ray get-auth-token --generate` keep the cluster's authentication token.
 _TOKEN_FILE = Path.home() / ".ray" / "auth_token"
 _TOKEN_HINT = "a cluster with token authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token"
+#: Seconds to wait for a Ray cluster's address to accept a connection before giving up.
+RAY_CONNECT_TIMEOUT = 10.0
+#: Seconds ray.init may take to start or join a cluster (a local one starts in ~6 s here).
+RAY_INIT_TIMEOUT = 90.0
+#: Seconds the actors of placed tasks may take to start and report their addresses.
+ACTOR_START_TIMEOUT = 120.0
 
 
 def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
                on_stop: Callable[[str], None]) -> None:
-    """Run ``spec``'s workers under Ray Train until the chief has written the outputs.
+    """Run ``spec``'s cluster as Ray actors until it has trained (the chief writes the outputs).
 
     Raises:
-        InputError: Ray is not installed.
-        RunError: the run failed and Ray's restarts are used up.
+        InputError: Ray is not installed, or ``distributed.ray_address`` is malformed.
+        RunError: the run failed and ``distributed.max_restarts`` restarts are used up, or
+            the cluster had no room for the tasks within ``distributed.connect_timeout``.
         Interrupted: this process got SIGINT or SIGTERM.
     """
     local = distributed.ray_address == "local"
@@ -71,50 +88,152 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
         os.environ["RAY_AUTH_MODE"] = "token"
     try:
         import ray
-        from ray.train import FailureConfig, RunConfig, ScalingConfig
-        from ray.train.tensorflow import TensorflowTrainer
     except ImportError:
-        raise InputError("distributed.launcher ray needs Ray Train: install the ray extra (make install does; "
-                         "or pip install 'ray[train]>=2.60'), or set distributed.launcher local") from None
+        raise InputError("distributed.launcher ray needs Ray: install the ray extra (make install does; "
+                         "or pip install 'ray>=2.60'), or set distributed.launcher local") from None
     where = "a local Ray cluster on 127.0.0.1" if local else f"the Ray cluster at {distributed.ray_address}"
     if not local:
         _check_reachable(distributed.ray_address)
-    log.info("ray: running %d workers for %s on %s", distributed.workers, spec.name, where)
-    with tempfile.TemporaryDirectory(prefix="tfdist-ray-") as scratch:
-        _init_ray(ray, distributed, where)
+    sizes = spec.task_counts(distributed.workers, distributed.ps)
+    log.info("ray: running %s for %s on %s", describe_cluster({job: [""] * n for job, n in sizes.items()}),
+             spec.name, where)
+    _init_ray(ray, sum(sizes.values()), distributed.ray_address, where)
+    try:
+        placed: set[str] = set()  # the nodes the tasks ran on: named when one of them is lost for good
+        restarting(lambda: _attempt(ray, spec, distributed, command, placed, on_stop), distributed.max_restarts)
+    finally:
+        ray.shutdown()
+    log.info("ray: %s trained; the chief wrote the outputs", spec.name)
+
+
+def _attempt(ray: Any, spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
+             placed: set[str], on_stop: Callable[[str], None]) -> None:
+    """One attempt: places for every task, an actor in each, run until the tasks that train are done."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    sizes = spec.task_counts(distributed.workers, distributed.ps)
+    count = sum(sizes.values())
+    # a task per machine where there are several: the point of more machines is their cores
+    group = placement_group([{"CPU": 1}] * count, strategy="SPREAD")
+    actors: list[Any] = []
+    try:
+        _wait_for_room(ray, group, count, distributed.connect_timeout, placed)
+        host = ray.remote(num_cpus=1, max_restarts=0)(_TaskHost)
+        actors = [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i))
+                  .remote() for i in range(count)]
+        addresses = ray.get([actor.address.remote() for actor in actors], timeout=ACTOR_START_TIMEOUT)
+        placed.update(address.rpartition(":")[0] for address in addresses)
+        spots = iter(zip(addresses, actors, strict=True))
+        layout = {job: [next(spots) for _ in range(n)] for job, n in sizes.items()}
+        cluster = {job: [address for address, _ in places] for job, places in layout.items()}
+        tasks = [(ClusterTask(cluster, job, i), actor) for job, places in layout.items()
+                 for i, (_, actor) in enumerate(places)]
+        _run_tasks(ray, spec, command, tasks)
+    except BaseException as err:
+        on_stop("KILLED" if isinstance(err, Interrupted) else "FAILED")
+        if isinstance(err, ray.exceptions.GetTimeoutError):
+            raise RunError(f"the actors of {spec.name}'s tasks did not start within {ACTOR_START_TIMEOUT:.0f} s") from None
+        raise
+    finally:
+        for actor in actors:  # its worker process goes, and with it the task (die_with_parent)
+            ray.kill(actor)
+        remove_placement_group(group)
+
+
+def _run_tasks(ray: Any, spec: StrategySpec, command: Sequence[str], tasks: Sequence[tuple[ClusterTask, Any]]) -> None:
+    """Start every task, relay its lines, and return when the ones that train are done; a failure raises RunError."""
+    events: queue.Queue[tuple[str, str | None]] = queue.Queue()
+    cwd = os.getcwd()  # the stage's paths are relative to it (dvc.yaml's are)
+    for task, actor in tasks:
+        stream = actor.run.options(num_returns="streaming").remote(task.name, list(command), task.to_tf_config(), cwd)
+        threading.Thread(target=_follow, args=(ray, task.name, stream, events), name=f"ray-{task.name}",
+                         daemon=True).start()
+    # parameter_server's servers never end on their own: its chief is done when it is
+    training = {task.name for task, _ in tasks if task.is_chief or not spec.launcher_trains}
+    while training:
         try:
-            with _relayed_output() as lines:
-                trainer = TensorflowTrainer(
-                    _run_task,
-                    train_loop_config={"command": list(command), "env": {SCRATCH_ENV: scratch}, "cwd": os.getcwd(),
-                                       "lines": lines},
-                    # a worker per machine where there are several: the point of more machines is their cores
-                    scaling_config=ScalingConfig(num_workers=distributed.workers, resources_per_worker={"CPU": 1},
-                                                 placement_strategy="SPREAD"),
-                    run_config=RunConfig(name=f"tfdist-{spec.name}", storage_path=scratch,
-                                         failure_config=FailureConfig(max_failures=distributed.max_restarts)),
-                )
-                trainer.fit()
-        except Interrupted:
-            on_stop("KILLED")
-            raise
-        except Exception as err:
-            on_stop("FAILED")
-            raise RunError(f"{spec.name} under Ray failed (after {distributed.max_restarts} restart(s), "
-                           f"distributed.max_restarts): {_first_line(err)}") from None
-        finally:
-            ray.shutdown()
-    log.info("ray: all %d workers finished; the chief wrote the outputs", distributed.workers)
+            name, failure = events.get(timeout=0.5)  # a timeout, so that SIGINT's handler runs
+        except queue.Empty:
+            continue
+        if failure is not None:
+            raise RunError(failure)
+        if name not in training:
+            raise RunError(f"{name} ended before the chief was done")
+        training.discard(name)
 
 
-def _init_ray(ray: Any, distributed: DistributedConfig, where: str) -> None:
+def _follow(ray: Any, name: str, stream: Any, events: queue.Queue) -> None:
+    """Print a task's lines as its actor yields them; put how it ended in ``events``."""
+    try:
+        for ref in stream:
+            item = ray.get(ref)
+            if isinstance(item, str):
+                sys.stderr.write(item)
+                sys.stderr.flush()
+                continue
+            code = item
+            if code < 0:
+                events.put((name, f"{name} was killed by {signal.Signals(-code).name}"))
+            elif code:
+                events.put((name, f"{name} exited with {code} (its last line above says why)"))
+            else:
+                events.put((name, None))
+            return
+        events.put((name, f"{name}'s actor ended without its exit code"))
+    except Exception as err:  # the actor died: its node, raylet or worker process is gone
+        events.put((name, f"{name}'s Ray actor died ({_first_line(err)}): its node or raylet may be gone"))
+
+
+class _TaskHost:
+    """One task's place on the Ray cluster: an address on its node, and the task's process there."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.node = ray.util.get_node_ip_address()
+        # held in this node's port book while the actor lives (a dead actor's are free again)
+        self.port = free_ports(1, self.node)[0]
+
+    def address(self) -> str:
+        return f"{self.node}:{self.port}"
+
+    def run(self, name: str, command: list[str], tf_config: str, cwd: str) -> Iterator[str | int]:
+        """Run the stage as task ``name``: yield its lines, prefixed with the name, then its exit code."""
+        release_ports([self.port])  # the task binds it now
+        with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch:
+            process = subprocess.Popen(command, env={**os.environ, TF_CONFIG: tf_config, SCRATCH_ENV: scratch}, cwd=cwd,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                       preexec_fn=die_with_parent())
+            yield (f"INFO tfdist.cluster.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()} "
+                   f"on node {self.node}\n")
+            for line in process.stdout:  # the prefix says whose, as under the local launcher
+                yield f"[{name}] {line}"
+            yield process.wait()
+
+
+def _wait_for_room(ray: Any, group: Any, count: int, timeout: float, placed: set[str]) -> None:
+    """Until Ray has reserved a CPU for each task, at most ``timeout`` s; then one line on what is missing."""
+    if group.wait(timeout_seconds=timeout):
+        return
+    nodes = ray.nodes()
+    alive = [node for node in nodes if node["Alive"]]
+    lost = sorted({node["NodeManagerAddress"] for node in nodes if not node["Alive"]} & placed
+                  - {node["NodeManagerAddress"] for node in alive})
+    cpus = sum(node["Resources"].get("CPU", 0) for node in alive)
+    why = (f"node {', '.join(lost)} left the cluster and did not come back" if lost else
+           f"it has {cpus:g} CPUs on {len(alive)} node(s), some may be busy")
+    raise NoRoom(f"no room on the Ray cluster for {count} tasks of 1 CPU within {timeout:g} s "
+                   f"(distributed.connect_timeout): {why}")
+
+
+def _init_ray(ray: Any, tasks: int, address: str, where: str) -> None:
     """Start or join Ray, quietly: Ray's own processes log nothing here below ERROR, and stream nothing.
 
-    Ray's logs of a failed attempt are Python tracebacks of the task wrapper and
-    of its own shutdown; the tasks' own lines (relayed, :func:`_relayed_output`)
-    already say what happened, in one line. Ray's logs stay in its session folder.
+    The tasks' own lines (relayed, :func:`_follow`) say what happened; Ray's
+    logs stay in its session folder.
     """
-    local = distributed.ray_address == "local"
+    local = address == "local"
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     # ray.init retries a cluster it cannot join (wrong token, a node it cannot find) for minutes
@@ -122,9 +241,10 @@ def _init_ray(ray: Any, distributed: DistributedConfig, where: str) -> None:
     watchdog = threading.Timer(RAY_INIT_TIMEOUT, _give_up, args=(where,))
     watchdog.daemon = True
     watchdog.start()
+    started = time.monotonic()
     try:
-        ray.init(address=distributed.ray_address, num_cpus=distributed.workers if local else None,
-                 include_dashboard=False, log_to_driver=False, logging_config=ray.LoggingConfig(log_level="ERROR"),
+        ray.init(address=address, num_cpus=tasks if local else None, include_dashboard=False, log_to_driver=False,
+                 logging_config=ray.LoggingConfig(log_level="ERROR"),
                  object_store_memory=100 * 1024 * 1024 if local else None)
     except Exception as err:  # Ray's connection errors have no common base
         raise RunError(f"could not start or join Ray ({where}): {_first_line(err)}; {_TOKEN_HINT}") from None
@@ -133,42 +253,27 @@ def _init_ray(ray: Any, distributed: DistributedConfig, where: str) -> None:
         root.setLevel(level)
         root.handlers[:] = handlers
     logging.getLogger("ray").setLevel(logging.CRITICAL)  # its driver-side account of a failure: ours is one line
+    _shorten_cluster_errors(ray)
+    log.info("ray: joined %s in %.1f s", where, time.monotonic() - started)
 
 
-@contextlib.contextmanager
-def _relayed_output() -> Iterator[Any]:
-    """A queue on the Ray cluster that the tasks put their output lines in, printed here as they come.
+def _shorten_cluster_errors(ray: Any) -> None:
+    """Ray's driver prints each error the cluster publishes (a raylet's death: 20 lines of its log): keep its first line.
 
-    Works wherever the workers run (Ray's own log streaming is off, see :func:`_init_ray`).
+    Ray has no switch for it (``log_to_driver`` covers the workers' output only);
+    its printer is looked up by name when a message comes, so replacing it here
+    shortens what Ray says and leaves the rest of Ray alone.
     """
-    from ray.util.queue import Empty, Queue
+    worker = getattr(ray, "_private", None) and getattr(ray._private, "worker", None)
+    if worker is None or not hasattr(worker, "print_to_stdstream"):
+        return
 
-    lines, done = Queue(), threading.Event()
+    def first_lines(data: dict[str, Any], **_: Any) -> None:
+        for message in data.get("lines", []):
+            first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
+            log.warning("ray: %s", first)
 
-    def relay() -> None:
-        while True:
-            try:
-                sys.stderr.write(lines.get(timeout=0.2))
-                sys.stderr.flush()
-            except Empty:
-                if done.is_set():
-                    return
-            except Exception:  # the queue's actor is gone: Ray is shutting down
-                return
-
-    thread = threading.Thread(target=relay, name="ray-task-output", daemon=True)
-    thread.start()
-    try:
-        yield lines
-    finally:
-        done.set()
-        thread.join(timeout=10)
-
-
-#: Seconds to wait for a Ray cluster's address to accept a connection before giving up.
-RAY_CONNECT_TIMEOUT = 10.0
-#: Seconds ray.init may take to start or join a cluster (a local one starts in ~9 s here).
-RAY_INIT_TIMEOUT = 90.0
+    worker.print_to_stdstream = first_lines
 
 
 def _give_up(where: str) -> None:
@@ -201,31 +306,7 @@ def _on_loopback(address: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def _run_task(loop_config: dict[str, Any]) -> None:
-    """In one Ray Train worker: run the train stage as the task Ray's TF_CONFIG names, and fail when it fails."""
-    task = cluster_spec.read_tf_config()
-    name = task.name if task else "a worker"
-    # In the driver's folder: the stage's paths are relative to it (dvc.yaml's are), and Ray runs its workers elsewhere.
-    process = subprocess.Popen(loop_config["command"], env={**os.environ, **loop_config["env"]}, cwd=loop_config["cwd"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                               preexec_fn=die_with_parent())
-    import ray
-
-    lines = loop_config["lines"]
-    lines.put(f"INFO tfdist.cluster.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()} "
-              f"on node {ray.util.get_node_ip_address()}\n")
-    for line in process.stdout:  # the prefix says whose, as under the local launcher
-        lines.put(f"[{name}] {line}")
-    code = process.wait()
-    if code < 0:
-        raise RuntimeError(f"{name} was killed by {signal.Signals(-code).name}")
-    if code:
-        raise RuntimeError(f"{name} exited with {code} (its last line above says why)")
-
-
 def _first_line(error: BaseException) -> str:
-    """What went wrong, from a Ray error that may wrap a task's: our own task line when there is one."""
+    """What went wrong, from a Ray error: its first line that says something."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    ours = next((line.removeprefix("RuntimeError: ") for line in lines
-                 if line.startswith("RuntimeError: ") and ("exited with" in line or "was killed by" in line)), None)
-    return (ours or (lines[0] if lines else type(error).__name__))[:300]
+    return (lines[0] if lines else type(error).__name__)[:300]

@@ -1,7 +1,7 @@
 """Cluster specs: which tasks a multi-process run has, and which one this process is.
 
 Pure parsing, no processes and no TensorFlow: reads ``TF_CONFIG`` (set by
-Kubeflow's TFJob, Ray Train or a person), or a Kubeflow Trainer v2 JobSet
+Kubeflow's TFJob, the Ray launcher or a person), or a Kubeflow Trainer v2 JobSet
 pod's environment (:func:`read_jobset`), into a :class:`ClusterTask`.
 Whether the cluster fits a strategy is :func:`tfdist.train.checks.check_cluster`'s
 question; a Slurm step is :mod:`tfdist.cluster.slurm`'s (it needs TensorFlow's

@@ -18,17 +18,11 @@ def check_config(spec: StrategySpec, config: Config) -> None:
     """Refuse a combination of params ``spec`` cannot train.
 
     Raises:
-        StrategyError: see :func:`check_precision`; a ps job under Ray; a loop it does not train
+        StrategyError: see :func:`check_precision`; a loop it does not train
             with; for a layer split, more devices than layers, XLA, or
             micro-batches that do not divide the batch.
     """
     check_precision(spec, config.train.precision)
-    if config.distributed.launcher == "ray" and spec.multi_process and spec.has_ps:
-        raise StrategyError(
-            f"strategy {spec.name} cannot run under distributed.launcher ray: Ray Train's TensorflowTrainer "
-            "writes a TF_CONFIG of workers only (no chief, no ps); use distributed.launcher local, or start "
-            "its tasks with TF_CONFIG set (docs/cluster.md)"
-        )
     if config.train.loop not in spec.loops:
         raise StrategyError(
             f"strategy {spec.name} needs train.loop {' or '.join(spec.loops)}, not {config.train.loop}: its "

@@ -9,7 +9,7 @@
 * **local launcher** (a multi-process strategy, no TF_CONFIG): starts the
   cluster as processes on 127.0.0.1 (:mod:`tfdist.cluster.launcher`) and, where the
   strategy says so, coordinates training as its chief; or, with
-  ``distributed.launcher: ray``, has Ray Train start them (:mod:`tfdist.cluster.ray_launcher`).
+  ``distributed.launcher: ray``, has Ray place and start them (:mod:`tfdist.cluster.ray_launcher`).
 
 The training modules are imported where a role trains, not at the top: the
 multi_worker_mirrored launcher only waits for its workers, and must not pay

@@ -21,8 +21,9 @@ from helpers.project import copy_project, run_in_project, tiny_params
 SHARED_PIPELINE = ("tests/pipeline/test_browser.py", "tests/pipeline/test_pipeline_e2e.py")
 
 #: The longest groups first (make test's --durations), so that the two workers of ``-n 2`` finish together.
-LONGEST_FIRST = ("pipeline", "tests/pipeline/test_teams.py", "tests/cluster/test_ray_launcher.py",
-                 "tests/train/test_store_outage.py", "tests/train/test_resume.py", "tests/cluster/test_multi_process.py")
+LONGEST_FIRST = ("pipeline", "tests/pipeline/test_teams.py", "tests/train/test_store_outage.py",
+                 "tests/train/test_resume.py", "tests/cluster/test_ray_hosts.py", "tests/cluster/test_network.py",
+                 "tests/cluster/test_multi_process.py", "tests/cluster/test_slurm_hosts.py")
 
 
 def worker_group(nodeid: str) -> str:

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reas
 #: Seconds a stage on the cluster may take (about 20 s measured for 2 epochs; 8 epochs with a restart about 60 s).
 RUN_TIMEOUT = 300
 #: Epochs of a run a node is lost in: long enough that it is lost mid-training (3 workers: ~1.5 s an epoch).
-EPOCHS = 20
+EPOCHS = 12
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_a_head_that_does_not_answer_from_another_machine_fails_in_seconds_namin
                           {**local_mode_environment(), **ray_nodes.TOKEN}, REPO, tmp_path / "driver.log")
     code = process.wait(timeout=120)
     output = (tmp_path / "driver.log").read_text()
-    assert code == 1 and time.monotonic() - started < 60, output[-3000:]
+    assert code == 2 and time.monotonic() - started < 60, output[-3000:]
     assert output.strip().splitlines()[-1] == (
         f"error: the Ray cluster at {hosts.addresses[0]}:{ray_nodes.PORT + 1} does not answer (Connection refused): start it "
         "(ray start --head) or fix distributed.ray_address; local starts one here")

@@ -70,7 +70,7 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
     """Run ``spec``'s cluster as Ray actors until it has trained (the chief writes the outputs).
 
     Raises:
-        InputError: Ray is not installed, or ``distributed.ray_address`` is malformed.
+        InputError: Ray is not installed, or ``distributed.ray_address`` is malformed or does not answer.
         RunError: the run failed and ``distributed.max_restarts`` restarts are used up, or
             the cluster had no room for the tasks within ``distributed.connect_timeout``.
         Interrupted: this process got SIGINT or SIGTERM.
@@ -283,7 +283,7 @@ def _give_up(where: str) -> None:
 
 
 def _check_reachable(address: str) -> None:
-    """Fail in seconds, naming the address, when a Ray cluster to join does not answer.
+    """Fail in seconds, naming the address, when a Ray cluster to join does not answer (exit 2: fix the address).
 
     ``ray.init`` itself retries an unreachable address for minutes (measured
     here: still waiting after 200 s). ``auto`` finds the address Ray's own
@@ -297,7 +297,7 @@ def _check_reachable(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=RAY_CONNECT_TIMEOUT).close()
     except OSError as err:
-        raise RunError(f"the Ray cluster at {address} does not answer ({err.strerror or err}): start it "
+        raise InputError(f"the Ray cluster at {address} does not answer ({err.strerror or err}): start it "
                        "(ray start --head) or fix distributed.ray_address; local starts one here") from None
 
 

@@ -83,11 +83,14 @@ class ThreadSettings:
         cpus: CPUs the chief (or only) process could run on (its affinity: a pinned task has 1).
         intra_op: threads one op could use (``runtime.intra_op_threads``, ``auto`` resolved; 0: TensorFlow's choice).
         inter_op: ops that could run at once (0: TensorFlow's choice).
+        onednn: whether TensorFlow ran oneDNN's kernels (``runtime.onednn``; it changes a
+            convnet's step 1.4-2.6x on CPUs; None in reports written before it was recorded).
     """
 
     cpus: int
     intra_op: int
     inter_op: int
+    onednn: bool | None = None
 
 
 @dataclass(frozen=True)

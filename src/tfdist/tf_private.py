@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorflow.python.eager import context as _eager_context
+from tensorflow.python.util import _pywrap_util_port
 from tf_keras.src.engine import training as _keras_training
 
 from tfdist.native_logs import ends_without_teardown
@@ -194,3 +195,12 @@ def runs_steps_in_one_function(model: Any) -> bool:
     """Whether ``fit`` runs several steps per call into the runtime (``steps_per_execution`` > 1, not autotuned)."""
     count = getattr(model, "_steps_per_execution", None)
     return count is not None and int(count.numpy()) > 1 and not model.autotune_steps_per_execution
+
+
+def onednn_in_use() -> bool:
+    """Whether this process's TensorFlow runs oneDNN's kernels (read once at load, from TF_ENABLE_ONEDNN_OPTS and the CPU).
+
+    What ``runtime.onednn`` asked for is a wish; this is what TensorFlow did,
+    and what a run's report records.
+    """
+    return bool(_pywrap_util_port.IsMklEnabled())

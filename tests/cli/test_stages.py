@@ -92,6 +92,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     report = json.loads((workdir / "reports" / "train" / "mirrored.json").read_text())
     assert report["replicas"] == SPLIT_REPLICAS and report["global_batch_size"] == 32 * SPLIT_REPLICAS
     assert report["val_accuracy"] > 0.8
+    assert report["threads"]["onednn"] is False, "runtime.onednn auto: off for the seed MLP, as TensorFlow reports"
     assert (workdir / "models" / "mirrored" / "MLmodel").is_file()
     history = (workdir / "reports" / "train" / "history" / "mirrored.csv").read_text().splitlines()
     assert history[0].startswith("epoch,loss,accuracy,val_loss,val_accuracy") and len(history) == 3
@@ -114,7 +115,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert "Distribution" in result.output
     assert "With more machines: No run all-reduced across workers" in result.output, "mirrored is one machine's"
     cpus = len(usable_cpus())
-    given = f"{cpus} CPU{'s' if cpus != 1 else ''}, 1 thread per op"  # auto: one thread an op for the MLP
+    given = f"{cpus} CPU{'s' if cpus != 1 else ''}, 1 thread per op, oneDNN off"  # auto: one thread an op, no oneDNN, for the MLP
     row = f"| mirrored | mirrored | fit | float32 | sync | {SPLIT_REPLICAS} | 1 | {given} | {32 * SPLIT_REPLICAS} |"
     assert row in (out / "compare.md").read_text()
     assert json.loads((out / "compare.json").read_text())["runs"]["normal"]["speedup"] == 1.0

@@ -33,19 +33,19 @@ def test_markdown_and_figures(tmp_path):
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
 
 
-def test_the_setup_says_what_each_run_was_given_pinned_workers_one_cpu_each():
-    threads = ThreadSettings(cpus=1, intra_op=1, inter_op=1)
+def test_the_setup_says_what_each_run_was_given_pinned_workers_one_cpu_each_and_onednn():
+    threads = ThreadSettings(cpus=1, intra_op=1, inter_op=1, onednn=False)
     comparison = build_comparison(
-        {"normal": train_report("default", 10.0, threads=ThreadSettings(cpus=2, intra_op=2, inter_op=2)),
+        {"normal": train_report("default", 10.0, threads=ThreadSettings(cpus=2, intra_op=2, inter_op=2, onednn=True)),
          "multi_worker_mirrored": train_report("multi_worker_mirrored", 9.0, 2, workers=2, threads=threads),
          "old": train_report("mirrored", 9.0, 2, name="old", threads=None)},
         {name: eval_report(name, 0.95) for name in ("normal", "multi_worker_mirrored", "old")},
     )
     markdown = render_markdown(comparison)
     assert "| CPUs, threads |" in markdown
-    assert "| normal | default | fit | float32 | sync | 1 | 1 | 2 CPUs, 2 threads per op |" in markdown
-    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op |"
-            in markdown)
+    assert "| normal | default | fit | float32 | sync | 1 | 1 | 2 CPUs, 2 threads per op, oneDNN on |" in markdown
+    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op, "
+            "oneDNN off |" in markdown)
     assert "| old | mirrored | fit | float32 | sync | 2 | 1 | not recorded |" in markdown
 
 

@@ -46,8 +46,8 @@ def test_dvc_repro_runs_every_stage_then_is_a_no_op(project, pipeline):
     assert comparison["runs"]["parameter_server"]["synchronous"] is False
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
     assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | 1 | " in markdown
-    assert "| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op |" \
-        in markdown, "each local worker is pinned to a core of its own"
+    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op, "
+            "oneDNN off |") in markdown, "each local worker is pinned to a core of its own"
     assert "**Asynchronous:** parameter_server" in markdown and "## Advice" in markdown
     assert (project / "reports" / "compare" / "compare.html").read_text().count("data:image/png;base64,") == 5
     assert "Data and pipelines are up to date." in run_in_project(["dvc", "repro"], project)

@@ -131,7 +131,8 @@ def _given(report: TrainReport) -> str:
         cpus = f"{report.workers} x {cpus}"
     per_op = f"{threads.intra_op} thread{'s' if threads.intra_op != 1 else ''} per op" if threads.intra_op else \
         "TensorFlow's threads per op"
-    return f"{cpus}, {per_op}"
+    onednn = "" if threads.onednn is None else f", oneDNN {'on' if threads.onednn else 'off'}"
+    return f"{cpus}, {per_op}{onednn}"
 
 
 def training_seconds(history: list[dict[str, float]]) -> list[float]:

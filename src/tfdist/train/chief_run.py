@@ -21,6 +21,7 @@ from tfdist.data.prepared import load_split, splits_digest
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, run_label, write_history, write_report
 from tfdist.tf_imports import keras, tf
+from tfdist.tf_private import onednn_in_use
 from tfdist.tracking import experiment, models, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable
 from tfdist.tracking.store import redact
@@ -239,7 +240,7 @@ class ChiefRun(TaskRun):
             tensorflow=tf.__version__,
             hardware=detect_hardware(self.task.hosts if self.task else None), collectives=result.collectives,
             threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
-                                   tf.config.threading.get_inter_op_parallelism_threads()),
+                                   tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
         )
 
 

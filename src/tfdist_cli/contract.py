@@ -105,6 +105,9 @@ def stage_errors() -> Iterator[None]:
         click.echo("error: interrupted by SIGINT", err=True)
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
     except (TfdistError, Interrupted, TaskFailed) as err:  # TaskFailed: raised as its group was being left
+        # The error line is the last word: a coordinator's threads still logging the same loss (a lost ps's
+        # closures, "UnavailableError …") would otherwise print after it, under load.
+        logging.getLogger("tensorflow").setLevel(logging.CRITICAL)
         click.echo(f"error: {err}", err=True)
         if err.exit_at_once:
             native_logs.exit_now(err.exit_code)

@@ -18,6 +18,7 @@ import mlflow
 import pytest
 
 from helpers import netns
+from helpers.netns import wait_for
 from helpers.project import REPO, local_mode_environment, tiny_params, train_stage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")]
@@ -33,13 +34,6 @@ def start(hosts, host, cluster, job, index, workdir, strategy):
     env = {**local_mode_environment(), "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": job, "index": index}})}
     log = workdir / f"{job}-{index}.log"
     return hosts.start(host, train_stage_command(workdir, strategy), env, REPO, log), log
-
-
-def wait_for(log: Path, text: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, f"no {text!r} in {log.name} after {timeout} s:\n{log.read_text()[-2000:]}"
-        time.sleep(0.2)
 
 
 def last_line(log: Path) -> str:

@@ -22,6 +22,7 @@ import mlflow
 import pytest
 
 from helpers import netns, ray_nodes
+from helpers.netns import wait_for
 from helpers.project import REPO, local_mode_environment, running_stage_tasks, tiny_params, train_stage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "")]
@@ -65,13 +66,6 @@ def finish(process, log: Path, timeout=RUN_TIMEOUT):
         os.killpg(process.pid, signal.SIGKILL)
         raise
     return code, log.read_text()
-
-
-def wait_for(log: Path, text: str, process, timeout=RUN_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert process.poll() is None and time.monotonic() < deadline, f"never saw {text!r}:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
 
 
 def placed(output):
@@ -120,9 +114,9 @@ def test_a_raylet_killed_mid_training_restarts_the_group_once_its_node_is_back_a
     ray_params(tmp_path, nodes, train={"epochs": EPOCHS}, workers=3, max_restarts=1)
     process, log = start_stage(hosts, tmp_path, "multi_worker_mirrored")
     try:
-        wait_for(log, "Epoch 3/", process)  # training, past its first backups
+        wait_for(log, "Epoch 3/", process, RUN_TIMEOUT)  # training, past its first backups
         nodes.kill_raylet(1)
-        wait_for(log, "restarting every task", process)
+        wait_for(log, "restarting every task", process, RUN_TIMEOUT)
     finally:
         nodes.restart(1)  # the node comes back (a new Ray node on the same machine)
     code, output = finish(process, log)
@@ -144,7 +138,7 @@ def test_a_node_that_never_comes_back_ends_the_stage_in_bounded_time_naming_it(t
     ray_params(tmp_path, nodes, train={"epochs": EPOCHS}, workers=3, max_restarts=1, connect_timeout=20)
     process, log = start_stage(hosts, tmp_path, "multi_worker_mirrored")
     try:
-        wait_for(log, "Epoch 3/", process)
+        wait_for(log, "Epoch 3/", process, RUN_TIMEOUT)
         nodes.kill_raylet(1)
         lost = time.monotonic()
         code, output = finish(process, log, timeout=180)

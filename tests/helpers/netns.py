@@ -255,3 +255,14 @@ class TestHosts:
         for name in [*self.names, self.switch]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
             shutil.rmtree(NAMES_ROOT / name, ignore_errors=True)
+
+
+def wait_for(log: Path, text: str, process: subprocess.Popen | None = None, timeout: float = 120) -> None:
+    """Until ``text`` is in ``log`` (a test host's process writes it), at most ``timeout`` s; failing early if
+    ``process`` ended without it."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert process is None or process.poll() is None, f"{log.name}'s process ended without {text!r}:\n" \
+            f"{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {log.name} after {timeout} s:\n{log.read_text()[-2000:]}"
+        time.sleep(0.2)

@@ -100,25 +100,25 @@ def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequ
     _init_ray(ray, sum(sizes.values()), distributed.ray_address, where)
     try:
         placed: set[str] = set()  # the nodes the tasks ran on: named when one of them is lost for good
-        restarting(lambda: _attempt(ray, spec, distributed, command, placed, on_stop), distributed.max_restarts)
+        restarting(lambda: _attempt(ray, spec, sizes, distributed.connect_timeout, command, placed, on_stop),
+                   distributed.max_restarts)
     finally:
         ray.shutdown()
     log.info("ray: %s trained; the chief wrote the outputs", spec.name)
 
 
-def _attempt(ray: Any, spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
+def _attempt(ray: Any, spec: StrategySpec, sizes: dict[str, int], room_timeout: float, command: Sequence[str],
              placed: set[str], on_stop: Callable[[str], None]) -> None:
-    """One attempt: places for every task, an actor in each, run until the tasks that train are done."""
+    """One attempt: places for ``sizes``' tasks (per job), an actor in each, run until the tasks that train are done."""
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    sizes = spec.task_counts(distributed.workers, distributed.ps)
     count = sum(sizes.values())
     # a task per machine where there are several: the point of more machines is their cores
     group = placement_group([{"CPU": 1}] * count, strategy="SPREAD")
     actors: list[Any] = []
     try:
-        _wait_for_room(ray, group, count, distributed.connect_timeout, placed)
+        _wait_for_room(ray, group, count, room_timeout, placed)
         host = ray.remote(num_cpus=1, max_restarts=0)(_TaskHost)
         actors = [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i))
                   .remote() for i in range(count)]

@@ -134,39 +134,6 @@ def test_a_teammate_pulls_what_was_pushed_to_the_s3_remote_and_repro_is_a_no_op(
     assert "Validation accuracy per epoch" in (second / "plots" / "index.html").read_text()
 
 
-def test_dvc_exp_run_with_overrides_then_show_and_plots_diff(project, browser):
-    run_in_project(["git", "add", "-A"], project)
-    run_in_project(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q", "-m", "baseline"], project)
-    output = run_in_project(["dvc", "exp", "run", "-n", "bf16-3ep", "-S", "train.epochs=3",
-                             "-S", "train.precision=mixed_bfloat16"], project)
-    assert "Running stage 'preprocess'" not in output and "Running stage 'compare'" in output
-
-    runs = runs_of(project, execution="bf16-3ep")
-    assert sorted(r.data.tags.get("model_name", "execution") for r in runs) == sorted(["execution", *LABELS])
-    assert all(r.data.params.get("train.precision", "mixed_bfloat16") == "mixed_bfloat16" for r in runs)
-    assert runs_of(project)[0].data.tags["tfdist.execution"] == "bf16-3ep"
-
-    table = json.loads(run_in_project(["dvc", "exp", "show", "--json"], project))
-    experiment = next(exp for row in table for exp in (row.get("experiments") or []) if exp["name"] == "bf16-3ep")
-    data = experiment["revs"][0]["data"]
-    metrics = data["metrics"]["reports/compare/metrics.json"]["data"]
-    assert set(metrics) == set(LABELS)
-    assert {"samples_per_second", "speedup", "test_accuracy"} <= set(metrics["normal"]) <= {
-        "samples_per_second", "speedup", "test_accuracy", "seconds_to_target", "time_to_accuracy_speedup"}
-    assert data["params"]["params.yaml"]["data"]["train"]["epochs"] == 3
-
-    header = run_in_project([sys.executable, "-m", "tfdist_cli", "experiments", "--csv"], project).splitlines()[0].split(",")
-    assert {"train.epochs", "train.precision", "runtime.intra_op_threads", "normal.test_accuracy"} <= set(header)
-    hidden = [column for column in header if column.startswith("mlflow.") or "/" in column]
-    assert not hidden and "distributed.max_restarts" not in header, "make experiments hides what decides no result"
-
-    run_in_project(["dvc", "plots", "diff", "HEAD", "bf16-3ep", "-o", "diff"], project)
-    page = (project / "diff" / "index.html").read_text()
-    assert '"rev": "HEAD"' in page and '"rev": "bf16-3ep"' in page
-    drawn = draw_offline(browser, project / "diff" / "index.html", screenshot="dvc-plots-diff.png")
-    assert (drawn.plots, drawn.requests, drawn.errors) == (5 + len(LABELS), [], []), "every plot draws offline"
-
-
 def test_changing_epochs_reruns_training_not_preprocessing(project):
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["train"]["epochs"] = 1
@@ -175,22 +142,28 @@ def test_changing_epochs_reruns_training_not_preprocessing(project):
     assert "preprocess:" not in status
     for stage in ("train-normal", *(f"train-distributed@{name}" for name in STRATEGIES)):
         assert f"{stage}:" in status, f"{stage} must rerun for train.epochs:\n{status}"
-    # one training is enough to see it rerun (the other four, evaluate and compare rerun in the experiments below)
+    # one training is enough to see it rerun (the experiments below train at this 1 epoch)
     output = run_in_project(["dvc", "repro", "train-normal"], project)
     assert "Running stage 'preprocess'" not in output and "Running stage 'train-normal'" in output
     assert json.loads((project / "reports" / "train" / "normal.json").read_text())["epochs"] == 1
 
 
-def test_all_three_kinds_of_distribution_in_one_experiment(project):
-    """Data, model and pipeline parallelism side by side, as the README shows: one dvc exp run."""
-    # float32: an earlier experiment here left mixed_bfloat16 in the workspace's params (2-byte activations)
+def test_all_three_kinds_of_distribution_in_one_experiment_then_exp_show_and_plots_diff(project, browser):
+    """Data, model and pipeline parallelism side by side, as the README shows: one dvc exp run with overrides.
+
+    Then what a user does with an experiment: ``dvc exp show`` lists its params and
+    headline metrics, ``make experiments`` its table, ``dvc plots diff`` draws it
+    against the committed results, offline.
+    """
+    run_in_project(["git", "add", "-A"], project)
+    run_in_project(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q", "-m", "baseline"], project)
     output = run_in_project(["dvc", "exp", "run", "-n", "paradigms", "-S", "train.loop=custom", "-S",
-                             "train.precision=float32", "-S",
                              "distributed.strategies=[mirrored,model_parallel,pipeline_parallel]"], project)
+    assert "Running stage 'preprocess'" not in output and "Running stage 'compare'" in output
     assert "Running stage 'train-distributed@pipeline_parallel'" in output
     comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
-    assert {name: row["paradigm"] for name, row in comparison["runs"].items()} == {
-        "normal": "none", "mirrored": "data", "model_parallel": "model", "pipeline_parallel": "pipeline"}
+    paradigms = {"normal": "none", "mirrored": "data", "model_parallel": "model", "pipeline_parallel": "pipeline"}
+    assert {name: row["paradigm"] for name, row in comparison["runs"].items()} == paradigms
     pipeline = comparison["runs"]["pipeline_parallel"]
     assert pipeline["micro_batches"] == 5 and pipeline["bubble_theory"] == pytest.approx(1 / 6)
     assert pipeline["test_accuracy"] > 0.8 and 0 <= pipeline["bubble"] <= 1
@@ -198,9 +171,33 @@ def test_all_three_kinds_of_distribution_in_one_experiment(project):
     assert "## What each kind of distribution holds and moves" in markdown
     assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 |" in markdown
     assert "**Data, model or pipeline parallelism:**" in markdown and "pipeline_parallel held at most" in markdown
-    runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="paradigms")}
-    assert runs["pipeline_parallel"].data.metrics["bubble_theory"] == pytest.approx(1 / 6)
-    assert runs["model_parallel"].data.tags["strategy"] == "model_parallel"
+    runs = runs_of(project, execution="paradigms")
+    assert sorted(r.data.tags.get("model_name", "execution") for r in runs) == sorted(["execution", *paradigms])
+    assert all(r.data.params.get("train.loop", "custom") == "custom" for r in runs)
+    assert runs_of(project)[0].data.tags["tfdist.execution"] == "paradigms"
+    by_model = {r.data.tags.get("model_name"): r for r in runs}
+    assert by_model["pipeline_parallel"].data.metrics["bubble_theory"] == pytest.approx(1 / 6)
+    assert by_model["model_parallel"].data.tags["strategy"] == "model_parallel"
+
+    table = json.loads(run_in_project(["dvc", "exp", "show", "--json"], project))
+    experiment = next(exp for row in table for exp in (row.get("experiments") or []) if exp["name"] == "paradigms")
+    data = experiment["revs"][0]["data"]
+    metrics = data["metrics"]["reports/compare/metrics.json"]["data"]
+    assert set(metrics) == set(paradigms)
+    assert {"samples_per_second", "speedup", "test_accuracy"} <= set(metrics["normal"]) <= {
+        "samples_per_second", "speedup", "test_accuracy", "seconds_to_target", "time_to_accuracy_speedup"}
+    assert data["params"]["params.yaml"]["data"]["train"]["loop"] == "custom"
+
+    header = run_in_project([sys.executable, "-m", "tfdist_cli", "experiments", "--csv"], project).splitlines()[0].split(",")
+    assert {"train.epochs", "train.loop", "runtime.intra_op_threads", "normal.test_accuracy"} <= set(header)
+    hidden = [column for column in header if column.startswith("mlflow.") or "/" in column]
+    assert not hidden and "distributed.max_restarts" not in header, "make experiments hides what decides no result"
+
+    run_in_project(["dvc", "plots", "diff", "HEAD", "paradigms", "-o", "diff"], project)
+    page = (project / "diff" / "index.html").read_text()
+    assert '"rev": "HEAD"' in page and '"rev": "paradigms"' in page
+    drawn = draw_offline(browser, project / "diff" / "index.html", screenshot="dvc-plots-diff.png")
+    assert (drawn.requests, drawn.errors) == ([], []) and drawn.plots >= 5 + len(paradigms), "every plot draws offline"
 
 
 def test_the_convnet_runs_end_to_end_from_one_dvc_exp_run(project):

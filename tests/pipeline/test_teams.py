@@ -65,16 +65,17 @@ def recorded(uri: str, execution: str) -> dict[str, mlflow.entities.Run]:
     return {run.data.tags.get("model_name", "execution"): run for run in runs}
 
 
-def assert_recorded(uri: str, execution: str, experiment: str | None = None) -> dict[str, mlflow.entities.Run]:
+def assert_recorded(uri: str, execution: str, experiment: str | None = None,
+                    models: list[str] = MODELS) -> dict[str, mlflow.entities.Run]:
     """One parent and one FINISHED run per model for ``execution``, nested, tagged with the DVC experiment.
 
     ``experiment``: the DVC experiment's name, ``execution`` unless given ("" for ``dvc repro``).
     """
     runs = recorded(uri, execution)
-    assert sorted(runs) == ["execution", *MODELS], f"{execution}: {sorted(runs)}"
+    assert sorted(runs) == ["execution", *models], f"{execution}: {sorted(runs)}"
     assert {run.info.status for run in runs.values()} == {"FINISHED"}, execution
     parent = runs["execution"].info.run_id
-    for model in MODELS:
+    for model in models:
         assert runs[model].data.tags["mlflow.parentRunId"] == parent
         assert runs[model].data.tags.get("dvc.experiment", "") == (execution if experiment is None else experiment)
     return runs
@@ -108,8 +109,10 @@ def test_queued_experiments_record_into_the_workspace_store(project):
 
 
 def test_a_temp_experiment_records_into_the_workspace_store(project):
-    run_in_project(["dvc", "exp", "run", "--temp", "-n", "temp-a", "-S", "seed=3"], project)
-    assert_recorded(workspace_store(project), "temp-a")
+    # one process per stage (mirrored): what matters here is where the store is, not the launcher
+    run_in_project(["dvc", "exp", "run", "--temp", "-n", "temp-a", "-S", "seed=3", "-S",
+                    "distributed.strategies=[mirrored]"], project)
+    assert_recorded(workspace_store(project), "temp-a", models=["mirrored", "normal"])
 
 
 # --- PostgreSQL, directly and behind a tracking server ----------------------------------------------------
@@ -128,12 +131,14 @@ def database() -> Iterator[str]:
 
 
 def test_the_pipeline_records_into_postgresql_directly(tmp_path, database):
-    project = copy_project(tmp_path, **{**PARAMS, "mlflow": {**PARAMS["mlflow"], "tracking_uri": database}})
+    # one process per stage (mirrored): what matters here is the store, not the launcher
+    project = copy_project(tmp_path, **{**PARAMS, "distributed": {"strategies": ["mirrored"]},
+                                        "mlflow": {**PARAMS["mlflow"], "tracking_uri": database}})
     run_in_project(["dvc", "repro"], project)
     client = mlflow.MlflowClient(tracking_uri=database)
     (parent,) = client.search_runs([client.get_experiment_by_name("tfdist-mnist").experiment_id],
                                    "tags.`tfdist.role` = 'execution'")
-    runs = assert_recorded(database, parent.data.tags["tfdist.execution"], experiment="")
+    runs = assert_recorded(database, parent.data.tags["tfdist.execution"], experiment="", models=["mirrored", "normal"])
     assert runs["execution"].info.artifact_uri.startswith((project / "mlruns").as_uri())
     no_run_left_running(database)
 

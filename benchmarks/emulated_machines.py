@@ -46,19 +46,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from common import median, table  # noqa: E402
-from strategies import data_folder, report, run, stage_command  # noqa: E402
+from strategies import TARGETS, add_against, data_folder, measured, run, stage_command  # noqa: E402
 
 from tfdist.cluster.processes import task_cpus  # noqa: E402
 from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
 from tfdist.config import CompareConfig  # noqa: E402
-from tfdist.reports import EvalReport, TrainReport, read_history, read_report  # noqa: E402
+from tfdist.reports import EvalReport, TrainReport, read_report  # noqa: E402
 
 from helpers import cpu_share, netns  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 2222
-#: Validation accuracy each model's time to accuracy is measured to: one normal training reaches in 3 epochs.
-TARGETS = {"mlp": 0.90, "cnn": 0.95}
 #: A machine's share of a core, by how many machines there are (2 CPUs here).
 CORES_PER_MACHINE = {2: 1.0, 4: 0.5}
 
@@ -89,14 +87,6 @@ def local_run(root: Path, data: Path, name: str, strategy: str, sets: list[str],
     with share:
         run(root, data, name, strategy, sets, prefix=tuple(share.wrap([])))
     return measured(root, name)
-
-
-def measured(root: Path, name: str) -> dict:
-    """The run's report, with its step in ms and its history."""
-    found = report(root, name)
-    found["step_ms"] = 1000 * found["steady_epoch_seconds"] / found["steps_per_epoch"]
-    found["history"] = read_history(root / "reports" / "history" / f"{name}.csv")
-    return found
 
 
 def projected_step_ms(root: Path, normal: str, calibrated: str, link: dict, machines: int) -> float:
@@ -153,14 +143,9 @@ def main() -> None:
                             links[(link, machines)] = hosts.measure_ring(machines)
                             mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", sets)
                             cell = cells[(*key, link)]
-                            cell["step"].append(mwms["step_ms"])
+                            add_against(cell, mwms, normal, TARGETS[model])
                             cell["projected"].append(
                                 projected_step_ms(root, normal["name"], calibrated["name"], links[(link, machines)], machines))
-                            cell["speed"].append(mwms["steady_samples_per_second"] / normal["steady_samples_per_second"])
-                            cell["accuracy"].append(mwms["val_accuracy"])
-                            tta = time_to_accuracy(mwms["history"], TARGETS[model])
-                            if tta and normal_tta:
-                                cell["tta"].append(normal_tta[1] / tta[1])
                             print(f"round {round_ + 1} {model} batch {batch} x{machines} link {link}: "
                                   f"{mwms['step_ms']:.2f} ms/step (projected {cell['projected'][-1]:.2f}), "
                                   f"{cell['speed'][-1]:.2f}x normal ({normal['step_ms']:.2f} ms/step), "

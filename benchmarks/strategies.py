@@ -25,6 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import PREPARED, prepared, table  # noqa: E402
 
+from tfdist.compare.compute import time_to_accuracy  # noqa: E402
+from tfdist.reports import read_history  # noqa: E402
+
 ROWS = 12_000
 CONFIGS = [  # label, strategy, overrides, N for scaling efficiency
     ("normal", "default", [], 1),
@@ -58,6 +61,28 @@ def stage_command(root: Path, data: Path, name: str, strategy: str, sets: list[s
 
 def report(root: Path, name: str) -> dict:
     return json.loads((root / "reports" / f"{name}.json").read_text())
+
+
+#: Validation accuracy each model's time to accuracy is measured to: one normal training reaches in 3 epochs.
+TARGETS = {"mlp": 0.90, "cnn": 0.95}
+
+
+def measured(root: Path, name: str) -> dict:
+    """The run's report, with its step in ms and its per-epoch history (for time to accuracy)."""
+    found = report(root, name)
+    found["step_ms"] = 1000 * found["steady_epoch_seconds"] / found["steps_per_epoch"]
+    found["history"] = read_history(root / "reports" / "history" / f"{name}.csv")
+    return found
+
+
+def add_against(cell: dict[str, list[float]], found: dict, base: dict, target: float) -> None:
+    """Append to ``cell`` a measured run's step, accuracy, and speed and time to ``target`` against ``base``'s."""
+    cell["step"].append(found["step_ms"])
+    cell["speed"].append(found["steady_samples_per_second"] / base["steady_samples_per_second"])
+    cell["accuracy"].append(found["val_accuracy"])
+    tta, base_tta = time_to_accuracy(found["history"], target), time_to_accuracy(base["history"], target)
+    if tta and base_tta:
+        cell["tta"].append(base_tta[1] / tta[1])
 
 
 def run(root: Path, data: Path, name: str, strategy: str, sets: list[str], checkout: Path | None = None,

@@ -178,6 +178,7 @@ def test_precision_advice_without_fast_hardware_says_where_it_pays():
     text = build_comparison(runs, {"normal": eval_report("normal", 0.9, 0.3)}).advice.precision
     assert text.startswith("These runs used mixed_float16, which no unit here computes faster than float32")
     assert "Mixed precision would not pay off on this machine: no GPU; no AVX512-BF16." in text
+    assert "is emulated, which costs more than it saves" in text, "as measured: docs/performance.md section 4"
 
 
 def test_the_verdict_reasons_from_the_hardware_where_training_ran_not_where_compare_runs():

@@ -23,7 +23,7 @@ PROJECTED_MACHINES = (2, 4, 8, 16)
 CHECKED = ("Checked on 2 and 4 emulated machines (a core or half a core and a network namespace each, the cables "
            "shaped with tc; docs/performance.md, \"The projection to more machines, checked\"): on the medians of 3 runs "
            "the projected step came within 11 % of the measured one for the seed MLP and a convnet, per-replica batch 25 "
-           "and 256, unshaped and at 1 Gbit/s, but for one step of almost all messages that it projected 20 % slow; "
+           "and 256, unshaped and at 1 Gbit/s, but for one step of almost all messages that it projected 17-20 % slow; "
            "beyond 4 machines, and on a real network, it is unchecked.")
 
 
@@ -253,6 +253,7 @@ def _precision_advice(rows: list[RunRow], support: dict[str, PrecisionSupport]) 
     if not support:
         return text + "The train report does not say what this machine's hardware supports; rerun the train stages."
     reasons = "; ".join(support[name].reason for name in MIXED_PRECISIONS if name in support)
-    return text + (f"Mixed precision would not pay off on this machine: {reasons}. It pays on GPUs with tensor cores "
-                   "(float16 from compute capability 7.0, bfloat16 from 8.0), on TPUs, and on CPUs with AVX512-BF16 "
-                   "or AMX.")
+    return text + (f"Mixed precision would not pay off on this machine: {reasons}. Without such a unit each 16-bit op "
+                   "is emulated, which costs more than it saves, many times over for a convnet (docs/performance.md "
+                   "§4). It pays on GPUs with tensor cores (float16 from compute capability 7.0, bfloat16 from 8.0), "
+                   "on TPUs, and on CPUs with AVX512-BF16 or AMX.")

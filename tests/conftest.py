@@ -17,19 +17,21 @@ import pytest
 from helpers import devices  # noqa: F401  (splits the CPU into logical devices before any TensorFlow op)
 from helpers.project import copy_project, run_in_project, tiny_params
 
-#: Files whose tests share the session's pipeline run (and browser): one worker runs them all, so the run is made once.
-SHARED_PIPELINE = ("tests/pipeline/test_browser.py", "tests/pipeline/test_pipeline_e2e.py")
+#: Files whose tests share a session fixture, by group: one worker runs a group whole, so the fixture is made once.
+#: pipeline: the session's pipeline run (and browser); ray: the local launcher's run the Ray runs must match.
+SHARED = {"pipeline": ("tests/pipeline/test_browser.py", "tests/pipeline/test_pipeline_e2e.py"),
+          "ray": ("tests/cluster/test_ray_hosts.py", "tests/cluster/test_ray_launcher.py")}
 
 #: The longest groups first (make test's --durations), so that the two workers of ``-n 2`` finish together.
-LONGEST_FIRST = ("pipeline", "tests/pipeline/test_teams.py", "tests/train/test_store_outage.py",
-                 "tests/train/test_resume.py", "tests/cluster/test_ray_hosts.py", "tests/cluster/test_network.py",
+LONGEST_FIRST = ("pipeline", "tests/pipeline/test_teams.py", "ray", "tests/train/test_store_outage.py",
+                 "tests/train/test_resume.py", "tests/cluster/test_network.py",
                  "tests/cluster/test_multi_process.py", "tests/cluster/test_slurm_hosts.py")
 
 
 def worker_group(nodeid: str) -> str:
-    """The worker-sized unit a test runs in under ``make test``'s ``-n 2``: its file, or the shared pipeline's files."""
+    """The worker-sized unit a test runs in under ``make test``'s ``-n 2``: its file, or its group's files."""
     path = nodeid.split("::", 1)[0]
-    return "pipeline" if path in SHARED_PIPELINE else path
+    return next((group for group, files in SHARED.items() if path in files), path)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -82,6 +84,26 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
     (execution,) = mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list",
                                       filter_string="tags.`tfdist.role` = 'execution'")
     return PipelineRun(root, output, execution.data.tags["tfdist.execution"])
+
+
+@pytest.fixture(scope="session")
+def local_launcher_run(tmp_path_factory: pytest.TempPathFactory, prepared_dir: Path) -> dict[str, Any]:
+    """The report of multi_worker_mirrored x2 through the local launcher (2 epochs, batch 25 on the sample), run once.
+
+    What Ray's runs, on one machine or across test hosts, must match to the bit (the same params and data).
+    """
+    import json
+    import subprocess
+
+    from helpers.project import REPO, local_mode_environment, train_stage_command
+
+    workdir = tmp_path_factory.mktemp("local-launcher")
+    shutil.copytree(prepared_dir, workdir / "data" / "prepared")
+    tiny_params(workdir, train={"epochs": 2, "batch_size": 25})
+    done = subprocess.run(train_stage_command(workdir, "multi_worker_mirrored", "local"), cwd=REPO,
+                          env=local_mode_environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((workdir / "reports" / "local.json").read_text())
 
 
 @pytest.fixture

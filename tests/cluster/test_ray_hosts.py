@@ -74,22 +74,18 @@ def placed(output):
 
 
 def test_ray_places_a_worker_on_each_machine_and_trains_the_local_launcher_s_weights(tmp_path, prepared_copy,
-                                                                                      ray_cluster):
+                                                                                      ray_cluster, local_launcher_run):
     hosts, nodes = ray_cluster
-    tiny_params(tmp_path, train={"epochs": 2, "batch_size": 25})
-    local = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored", "local"), cwd=REPO,
-                           env=local_mode_environment(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    assert local.returncode == 0, local.stderr[-3000:]
-    ray_params(tmp_path, nodes)
+    ray_params(tmp_path, nodes)  # local_launcher_run's params, with Ray as the launcher
     code, output = finish(*start_stage(hosts, tmp_path, "multi_worker_mirrored", "ray"))
     assert code == 0, output[-3000:]
     # Ray ranks the workers as it likes; what matters is one on each machine
     where = placed(output)
     assert sorted(where) == ["worker-0", "worker-1"] and sorted(where.values()) == hosts.addresses, output[-3000:]
     assert f"on the Ray cluster at {nodes.address}" in output
-    assert report(tmp_path, "ray")["weights_sha256"] == report(tmp_path, "local")["weights_sha256"]
+    assert report(tmp_path, "ray")["weights_sha256"] == local_launcher_run["weights_sha256"]
     assert sorted(report(tmp_path, "ray")["hardware"]["hosts"]) == hosts.addresses
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["local", "ray"], "the chief alone wrote outputs"
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["ray"], "the chief alone wrote outputs"
 
 
 def test_parameter_server_runs_its_chief_workers_and_ps_across_the_machines(tmp_path, prepared_copy, ray_cluster):

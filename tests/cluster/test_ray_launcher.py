@@ -19,11 +19,6 @@ from tfdist.errors import InputError
 from helpers.project import REPO, local_mode_environment, tiny_params, train_stage_command
 
 
-def run_stage(workdir, name, *sets, timeout=300):
-    command = train_stage_command(workdir, "multi_worker_mirrored", name, *sets)
-    return subprocess.run(command, cwd=REPO, env=local_mode_environment(), capture_output=True, text=True, timeout=timeout)
-
-
 def report(workdir, name):
     return json.loads((workdir / "reports" / f"{name}.json").read_text())
 
@@ -51,18 +46,17 @@ def test_a_ray_cluster_that_does_not_answer_fails_in_seconds_naming_its_address(
 
 
 @pytest.mark.slow
-def test_ray_trains_the_same_weights_as_the_local_launcher_on_loopback_and_logs_the_chief_s_run(tmp_path, prepared_copy):
-    tiny_params(tmp_path, train={"epochs": 2, "batch_size": 25})
-    local = run_stage(tmp_path, "local")
-    assert local.returncode == 0, local.stderr[-3000:]
+def test_ray_trains_the_same_weights_as_the_local_launcher_on_loopback_and_logs_the_chief_s_run(tmp_path, prepared_copy,
+                                                                                            local_launcher_run):
+    tiny_params(tmp_path, train={"epochs": 2, "batch_size": 25})  # local_launcher_run's
     # Paths relative to the stage's folder, as dvc.yaml gives them: Ray runs its workers in folders of its own.
     relative = [arg if not arg.startswith(str(tmp_path)) else os.path.relpath(arg, tmp_path)
                 for arg in train_stage_command(tmp_path, "multi_worker_mirrored", "ray", "distributed.launcher=ray")]
     under_ray = subprocess.run(relative, cwd=tmp_path, env=local_mode_environment(), capture_output=True, text=True,
                                timeout=300)
     assert under_ray.returncode == 0, under_ray.stderr[-3000:]
-    assert report(tmp_path, "ray")["weights_sha256"] == report(tmp_path, "local")["weights_sha256"]
-    assert report(tmp_path, "ray")["hardware"]["hosts"] == report(tmp_path, "local")["hardware"]["hosts"]
+    assert report(tmp_path, "ray")["weights_sha256"] == local_launcher_run["weights_sha256"]
+    assert report(tmp_path, "ray")["hardware"]["hosts"] == local_launcher_run["hardware"]["hosts"]
     stderr = under_ray.stderr
     assert "on a local Ray cluster on 127.0.0.1" in stderr
     assert "[worker-1] INFO tfdist.train.task_run: worker-1: final weights sha256" in stderr

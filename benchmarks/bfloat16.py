@@ -21,17 +21,13 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds, model_rounds_options, table  # noqa: E402
+from common import median, model_rounds, model_rounds_options, spread, table  # noqa: E402
 from strategies import TARGETS, add_against, data_folder, measured, run  # noqa: E402
 
 from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
 from tfdist.train.precision import hardware_support  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16")
-
-
-def spread(values: list[float]) -> str:
-    return f"{median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> None:

@@ -126,6 +126,11 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def spread(values: list[float], digits: int = 2) -> str:
+    """The median and the lowest-highest range of repeated measurements: ``1.23 (1.10-1.40)``."""
+    return f"{median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
 def accuracy(model: Any, test: Digits) -> float:
     probabilities = model.predict(test.x, batch_size=1024, verbose=0)
     return float(np.mean(probabilities.argmax(axis=1) == test.y))

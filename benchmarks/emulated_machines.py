@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from common import median, table  # noqa: E402
+from common import median, spread, table  # noqa: E402
 from strategies import TARGETS, add_against, data_folder, measured, run, stage_command  # noqa: E402
 
 from tfdist.cluster.processes import task_cpus  # noqa: E402
@@ -97,10 +97,6 @@ def projected_step_ms(root: Path, normal: str, calibrated: str, link: dict, mach
     network = CompareConfig(network_gbit=link["mbit_per_s"] / 1000, network_latency_us=link["round_trip_us"] / 2)
     (found,) = build_comparison(train, evaluation, settings=network).scaling
     return found.step_on_network_ms[str(machines)]
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    return f"{median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def main() -> None:

@@ -7,7 +7,9 @@ tests/pipeline/conftest.py, beside the only tests that drive a browser.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from helpers import devices  # noqa: F401  (splits the CPU into logical devices before any TensorFlow op)
-from helpers.project import copy_project, run_in_project, tiny_params
+from helpers.project import REPO, copy_project, local_mode_environment, run_in_project, tiny_params, train_stage_command
 
 #: Files whose tests share a session fixture, by group: one worker runs a group whole, so the fixture is made once.
 #: pipeline: the session's pipeline run (and browser); ray: the local launcher's run the Ray runs must match.
@@ -92,11 +94,6 @@ def local_launcher_run(tmp_path_factory: pytest.TempPathFactory, prepared_dir: P
 
     What Ray's runs, on one machine or across test hosts, must match to the bit (the same params and data).
     """
-    import json
-    import subprocess
-
-    from helpers.project import REPO, local_mode_environment, train_stage_command
-
     workdir = tmp_path_factory.mktemp("local-launcher")
     shutil.copytree(prepared_dir, workdir / "data" / "prepared")
     tiny_params(workdir, train={"epochs": 2, "batch_size": 25})

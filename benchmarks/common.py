@@ -10,8 +10,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -166,3 +173,34 @@ def report_probes(title: str, small: dict, large: dict, note: Callable[[float], 
     print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte{note(per_byte)}")
     return per_byte
 
+
+
+@contextlib.contextmanager
+def tracking_server(store: str, artifacts: Path, env: dict[str, str] | None = None,
+                    *options: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``tfdist server`` on ``store`` on a free loopback port, until ``/health`` answers: its URL and process.
+
+    The server and what it starts are one session, stopped together on the way out.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", store,
+                                "--port", str(port), "--artifacts-destination", str(artifacts), *options],
+                               env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"error: no MLflow server came up at {url}") from None
+                time.sleep(0.2)
+        yield url, process
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)

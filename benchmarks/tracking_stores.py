@@ -16,20 +16,17 @@ import argparse
 import getpass
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
-from common import median, table
+from common import median, table, tracking_server
 
 PARAMS = {"data": {"source": "sample"}, "train": {"epochs": 2},
           "distributed": {"strategies": ["multi_worker_mirrored"]}, "mlflow": {"log_models": True}}
@@ -43,30 +40,6 @@ def database() -> Iterator[str]:
         yield f"postgresql://{getpass.getuser()}@/{name}?host=/var/run/postgresql"
     finally:
         subprocess.run(["dropdb", "--force", name], check=False)
-
-
-@contextmanager
-def server(store: str, artifacts: Path) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "tfdist_cli", "server", "--backend-store-uri", store, "--port", str(port),
-                                "--artifacts-destination", str(artifacts)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(180):
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise SystemExit(f"no MLflow server came up at {url}")
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
 
 
 def clone(target: Path, tracking_uri: str) -> Path:
@@ -106,7 +79,7 @@ def main() -> None:
             times["sqlite (embedded)"].append(repro_seconds("sqlite:///mlruns/mlflow.db"))
             with database() as store:
                 times["PostgreSQL (direct)"].append(repro_seconds(store))
-            with database() as store, server(store, Path(artifacts)) as url:
+            with database() as store, tracking_server(store, Path(artifacts)) as (url, _):
                 times["http server on PostgreSQL"].append(repro_seconds(url))
             print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()), file=sys.stderr)
     base = median(times["sqlite (embedded)"])

@@ -7,6 +7,7 @@ each, what would otherwise fail inside MLflow with a traceback.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,10 @@ from tfdist import native_logs
 from tfdist.errors import InputError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: MLflow's server runs GenAI jobs (prompt optimisation, scorers, trace roll-ups) in huey consumers it starts
+#: beside the server, about seven processes each importing MLflow (~30 s of CPU a start, then idle) for
+#: features tfdist does not use. Off unless the environment says otherwise (true turns them back on).
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
 def check_free(host: str, port: int) -> None:
@@ -35,6 +40,7 @@ def check_free(host: str, port: int) -> None:
 
 def exec_mlflow_server(options: Sequence[str], host: str, port: int, app: str, url: str, extra: Sequence[str] = ()) -> None:
     """Print ``url`` and replace this process by ``mlflow server`` (Ctrl-C stops it). Never returns."""
+    os.environ.setdefault(JOB_EXECUTION_ENV, "false")
     click.echo(f"{url}\n(Ctrl-C stops it)", err=True)
     sys.stderr.flush()
     command = [sys.executable, "-m", "mlflow", "server", *options, "--host", host, "--port", str(port),

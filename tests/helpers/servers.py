@@ -31,6 +31,22 @@ def free_ports(count: int = 1) -> list[int]:
             sock.close()
 
 
+def session_commands(leader: int) -> list[str]:
+    """The command lines of every process in the session ``leader`` started (a server started by :func:`serving`)."""
+    commands = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.getsid(int(pid)) == leader:
+                commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " "))
+    return commands
+
+
+def assert_no_job_runners(server: subprocess.Popen) -> None:
+    """MLflow's GenAI job consumers (huey), which tfdist's servers leave off, did not start."""
+    runners = [command for command in session_commands(server.pid) if "huey" in command]
+    assert not runners, f"MLflow's job runners started beside the server: {runners}"
+
+
 @contextlib.contextmanager
 def serving(command: list[str], cwd: Path, url: str, env: dict[str, str] | None = None,
             timeout: float = 90) -> Iterator[subprocess.Popen]:

@@ -21,7 +21,7 @@ import pytest
 from helpers.browser import ARTIFACTS, draw_offline
 from helpers.project import run_in_project
 from helpers.reports import default_labels
-from helpers.servers import free_ports, serving
+from helpers.servers import assert_no_job_runners, free_ports, serving
 
 pytestmark = pytest.mark.slow
 LABELS = default_labels()
@@ -109,6 +109,7 @@ def test_the_ui_command_serves_the_workspace_store_on_loopback_and_prints_the_ne
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert command[command.index("--backend-store-uri") + 1] == f"sqlite:///{project}/mlruns/mlflow.db"
     assert command[command.index("--app-name") + 1] == "tfdist"
+    assert_no_job_runners(ui.server)
     experiment_id = runs["normal"].info.experiment_id
     assert ui.printed.startswith(f"{ui.url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
     query = urllib.parse.parse_qs(ui.printed.split("?", 1)[1])

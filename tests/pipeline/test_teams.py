@@ -26,7 +26,7 @@ import mlflow
 import pytest
 
 from helpers.project import copy_project, run_in_project
-from helpers.servers import free_ports, serving
+from helpers.servers import assert_no_job_runners, free_ports, serving
 
 pytestmark = pytest.mark.slow
 #: Small and quick, and multi-process: two at once contend for loopback ports.
@@ -153,6 +153,7 @@ def server(tmp_path, database) -> Iterator[tuple[str, Path]]:
     with serving(command, tmp_path, url) as process:
         argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode().split("\0")
         assert argv[argv.index("--host") + 1] == "127.0.0.1" and "--serve-artifacts" in argv
+        assert_no_job_runners(process)
         yield url, artifacts
 
 

@@ -88,3 +88,13 @@ def test_forget_engine_makes_mlflow_read_a_replaced_store_file_anew(tmp_path):
     mlflow_private.forget_engine(uri)
     names = {e.name for e in mlflow.MlflowClient(uri).search_experiments()}
     assert "after" in names and "before" not in names, "a new engine reads the new file, not the old one's connections"
+
+
+def test_the_switch_that_keeps_mlflow_s_job_runners_off_is_still_mlflow_s():
+    """tfdist's servers start without MLflow's GenAI job consumers (tfdist_cli.serving): the variable must exist."""
+    from mlflow.environment_variables import MLFLOW_SERVER_ENABLE_JOB_EXECUTION
+
+    from tfdist_cli.serving import JOB_EXECUTION_ENV
+
+    assert MLFLOW_SERVER_ENABLE_JOB_EXECUTION.name == JOB_EXECUTION_ENV
+    assert MLFLOW_SERVER_ENABLE_JOB_EXECUTION.default is True, "on unless turned off: tfdist turns it off"

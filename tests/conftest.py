@@ -25,9 +25,9 @@ SHARED = {"pipeline": ("tests/pipeline/test_browser.py", "tests/pipeline/test_pi
           "ray": ("tests/cluster/test_ray_hosts.py", "tests/cluster/test_ray_launcher.py")}
 
 #: The longest groups first (make test's --durations), so that the two workers of ``-n 2`` finish together.
-LONGEST_FIRST = ("pipeline", "tests/pipeline/test_teams.py", "ray", "tests/train/test_store_outage.py",
-                 "tests/train/test_resume.py", "tests/cluster/test_network.py",
-                 "tests/cluster/test_multi_process.py", "tests/cluster/test_slurm_hosts.py")
+LONGEST_FIRST = ("pipeline", "ray", "tests/train/test_resume.py", "tests/train/test_store_outage.py",
+                 "tests/pipeline/test_teams.py", "tests/cluster/test_network.py",
+                 "tests/cluster/test_slurm_hosts.py", "tests/cluster/test_multi_process.py")
 
 
 def worker_group(nodeid: str) -> str:

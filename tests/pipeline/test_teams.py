@@ -92,29 +92,6 @@ def workspace_store(project: Path) -> str:
     return f"sqlite:///{project}/mlruns/mlflow.db"
 
 
-def test_queued_experiments_record_into_the_workspace_store(project):
-    """Two at once (-j 2): each in its own copy, and both writing the one store (a queue of -j 1 takes the same path)."""
-    jobs = 2
-    names = {f"q{jobs}-a": ["seed=1"], f"q{jobs}-b": ["seed=2"]}
-    status = queue(project, names, jobs)
-    assert status.count("Success") >= len(names), status
-    for name in names:
-        runs = assert_recorded(workspace_store(project), name)
-        artifacts = runs["execution"].info.artifact_uri
-        assert artifacts.startswith((project / "mlruns").as_uri()), f"artifacts outside the workspace: {artifacts}"
-        assert "compare.html" in {a.path for a in mlflow.MlflowClient(workspace_store(project)).list_artifacts(
-            runs["execution"].info.run_id)}
-    assert not (project / ".dvc" / "tmp" / "exps").exists() or not list((project / ".dvc" / "tmp" / "exps").rglob("mlflow.db"))
-    no_run_left_running(workspace_store(project))
-
-
-def test_a_temp_experiment_records_into_the_workspace_store(project):
-    # one process per stage (mirrored): what matters here is where the store is, not the launcher
-    run_in_project(["dvc", "exp", "run", "--temp", "-n", "temp-a", "-S", "seed=3", "-S",
-                    "distributed.strategies=[mirrored]"], project)
-    assert_recorded(workspace_store(project), "temp-a", models=["mirrored", "normal"])
-
-
 # --- PostgreSQL, directly and behind a tracking server ----------------------------------------------------
 
 
@@ -130,16 +107,17 @@ def database() -> Iterator[str]:
     subprocess.run(["dropdb", "--force", name], capture_output=True)
 
 
-def test_the_pipeline_records_into_postgresql_directly(tmp_path, database):
-    # one process per stage (mirrored): what matters here is the store, not the launcher
+def test_a_temp_experiment_records_into_postgresql_directly_and_its_artifacts_into_the_workspace(tmp_path, database):
+    """``dvc exp run --temp`` runs in a throwaway copy: the runs go to the database, the artifacts to the workspace."""
+    # one process per stage (mirrored): what matters here is the store and the copy, not the launcher
     project = copy_project(tmp_path, **{**PARAMS, "distributed": {"strategies": ["mirrored"]},
                                         "mlflow": {**PARAMS["mlflow"], "tracking_uri": database}})
-    run_in_project(["dvc", "repro"], project)
-    client = mlflow.MlflowClient(tracking_uri=database)
-    (parent,) = client.search_runs([client.get_experiment_by_name("tfdist-mnist").experiment_id],
-                                   "tags.`tfdist.role` = 'execution'")
-    runs = assert_recorded(database, parent.data.tags["tfdist.execution"], experiment="", models=["mirrored", "normal"])
-    assert runs["execution"].info.artifact_uri.startswith((project / "mlruns").as_uri())
+    run_in_project(["dvc", "exp", "run", "--temp", "-n", "temp-pg", "-S", "seed=3"], project)
+    runs = assert_recorded(database, "temp-pg", models=["mirrored", "normal"])
+    artifacts = runs["execution"].info.artifact_uri
+    assert artifacts.startswith((project / "mlruns").as_uri()), f"artifacts outside the workspace: {artifacts}"
+    assert "compare.html" in {a.path for a in mlflow.MlflowClient(database).list_artifacts(
+        runs["execution"].info.run_id)}
     no_run_left_running(database)
 
 
@@ -157,19 +135,32 @@ def server(tmp_path, database) -> Iterator[tuple[str, Path]]:
         yield url, artifacts
 
 
-def test_two_queued_pipelines_at_once_record_through_a_server_on_postgresql(tmp_path, server):
+def test_two_queued_experiments_at_once_record_one_into_the_workspace_store_one_through_a_server(project, server):
+    """``dvc queue start -j 2``: each experiment in its own copy, each a 2-worker cluster on loopback at once.
+
+    One records into the workspace's sqlite store (not its copy's), the other through
+    ``tfdist server`` on PostgreSQL (``-S mlflow.tracking_uri=``, as docs/teams.md shows),
+    its artifacts proxied to the server's folder. (Several stages writing one new sqlite
+    store at once: test_resume.)
+    """
     url, artifacts = server
-    (tmp_path / "project").mkdir()
-    project = copy_project(tmp_path / "project", **{**PARAMS, "mlflow": {**PARAMS["mlflow"], "tracking_uri": url}})
-    names = {"http-a": ["seed=1"], "http-b": ["seed=2"]}
-    queue(project, names, jobs=2)
-    for name in names:
-        runs = assert_recorded(url, name)
-        parent = runs["execution"].info.run_id
-        assert runs["execution"].info.artifact_uri.startswith("mlflow-artifacts:/"), "artifacts go through the server"
-        assert "compare.html" in {a.path for a in mlflow.MlflowClient(url).list_artifacts(parent)}
+    names = {"q-workspace": ["seed=1"], "q-server": ["seed=2", f"mlflow.tracking_uri={url}"]}
+    status = queue(project, names, jobs=2)
+    assert status.count("Success") >= len(names), status
+
+    local = assert_recorded(workspace_store(project), "q-workspace")
+    parent = local["execution"].info
+    assert parent.artifact_uri.startswith((project / "mlruns").as_uri()), f"artifacts outside the workspace: {parent}"
+    assert "compare.html" in {a.path for a in mlflow.MlflowClient(workspace_store(project)).list_artifacts(parent.run_id)}
+    assert not list((project / ".dvc" / "tmp" / "exps").rglob("mlflow.db")), "no store left in a copy"
+
+    served = assert_recorded(url, "q-server")
+    parent = served["execution"].info
+    assert parent.artifact_uri.startswith("mlflow-artifacts:/"), "artifacts go through the server"
+    assert "compare.html" in {a.path for a in mlflow.MlflowClient(url).list_artifacts(parent.run_id)}
     assert list(artifacts.rglob("compare.html")), "the server keeps the artifacts in --artifacts-destination"
-    assert not (project / "mlruns").exists(), "a client of a server keeps nothing locally"
+    assert not recorded(workspace_store(project), "q-server") and not recorded(url, "q-workspace"), "each in its store"
+    no_run_left_running(workspace_store(project))
     no_run_left_running(url)
 
 

@@ -154,7 +154,8 @@ def test_changed_params_start_fresh_and_close_the_abandoned_run(workdir, monkeyp
 
 def test_stages_running_at_once_share_a_fresh_sqlite_store(workdir):
     """As `dvc queue start -j 2` runs experiments: several train stages, one new store."""
-    processes = [start(workdir, "default", f"queued-{i}", "train.epochs=2") for i in range(3)]
+    # batch 50: the stages need to overlap, not to train long (at this file's batch 8 it cost CI 15 s more)
+    processes = [start(workdir, "default", f"queued-{i}", "train.epochs=2", "train.batch_size=50") for i in range(3)]
     outputs = [p.communicate(timeout=300)[0] for p in processes]
     assert [p.returncode for p in processes] == [0, 0, 0], "\n".join(o[-1500:] for o in outputs)
     assert not [o for o in outputs if "database is locked" in o or "Traceback" in o]

@@ -174,7 +174,6 @@ def report_probes(title: str, small: dict, large: dict, note: Callable[[float], 
     return per_byte
 
 
-
 @contextlib.contextmanager
 def tracking_server(store: str, artifacts: Path, env: dict[str, str] | None = None,
                     *options: str) -> Iterator[tuple[str, subprocess.Popen]]:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import spread, table, tracking_server  # noqa: E402
+from procfs import process_stat  # noqa: E402
 
 SETTLE_SECONDS = 20
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def session_usage(leader: int) -> tuple[float, int]:
@@ -31,14 +31,12 @@ def session_usage(leader: int) -> tuple[float, int]:
     seconds, count = 0.0, 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.getsid(int(pid)) != leader:
-                continue
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            stat = process_stat(pid)
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        seconds += (int(fields[11]) + int(fields[12])) / TICKS
-        count += 1
+        if stat.session == leader:
+            seconds += stat.cpu_seconds
+            count += 1
     return seconds, count
 
 

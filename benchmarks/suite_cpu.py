@@ -27,10 +27,12 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from procfs import process_stat  # noqa: E402
+
 #: The file the plugin half (in each pytest process) appends test starts and ends to.
 TIMELINE_ENV = "TFDIST_SUITE_TIMELINE"
 MAKE_TEST = ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
-TICKS = os.sysconf("SC_CLK_TCK")
 #: What a process is, by its command line: the first pattern that matches names it.
 KINDS = [("stage train", r"stages[./]train"), ("stage evaluate", r"stages[./]evaluate"),
          ("stage compare", r"stages[./]compare"), ("stage preprocess", r"stages[./]preprocess"),
@@ -76,15 +78,14 @@ class Sampler(threading.Thread):
             now = time.time()
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
-                    stat = Path(f"/proc/{pid}/stat").read_text()
-                    fields = stat[stat.rindex(")") + 2:].split()
-                    key, cpu = (int(pid), fields[19]), (int(fields[11]) + int(fields[12])) / TICKS
+                    stat = process_stat(pid)
+                    key = (int(pid), stat.started)
                     if key in self.seen:
-                        self.seen[key]["last_cpu"] = cpu
+                        self.seen[key]["last_cpu"] = stat.cpu_seconds
                         continue
                     command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    self.seen[key] = {"pid": int(pid), "ppid": int(fields[1]), "command": command.strip(),
-                                      "first": now, "first_cpu": cpu, "last_cpu": cpu, "before": first_pass}
+                    self.seen[key] = {"pid": int(pid), "ppid": stat.ppid, "command": command.strip(), "first": now,
+                                      "first_cpu": stat.cpu_seconds, "last_cpu": stat.cpu_seconds, "before": first_pass}
                 except (OSError, ValueError, IndexError):
                     continue
             first_pass = False
@@ -144,7 +145,9 @@ def top(title: str, seconds: dict[str, float], count: int) -> None:
 
 def main() -> None:
     pytest_args = sys.argv[1:] or MAKE_TEST
-    timeline = Path(tempfile.mkstemp(prefix="tfdist-suite-timeline-", suffix=".tsv")[1])
+    descriptor, name = tempfile.mkstemp(prefix="tfdist-suite-timeline-", suffix=".tsv")
+    os.close(descriptor)  # the plugin in each pytest process appends to it by name
+    timeline = Path(name)
     env = {**os.environ, TIMELINE_ENV: str(timeline),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
     sampler = Sampler()

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from helpers import devices  # noqa: F401  (splits the CPU into logical devices before any TensorFlow op)
-from helpers.project import REPO, copy_project, local_mode_environment, run_in_project, tiny_params, train_stage_command
+from helpers.project import (
+    LAUNCHER_TRAIN,
+    REPO,
+    copy_project,
+    local_mode_environment,
+    run_in_project,
+    tiny_params,
+    train_stage_command,
+)
 
 #: Files whose tests share a session fixture, by group: one worker runs a group whole, so the fixture is made once.
 #: pipeline: the session's pipeline run (and browser); ray: the local launcher's run the Ray runs must match.
@@ -96,7 +104,7 @@ def local_launcher_run(tmp_path_factory: pytest.TempPathFactory, prepared_dir: P
     """
     workdir = tmp_path_factory.mktemp("local-launcher")
     shutil.copytree(prepared_dir, workdir / "data" / "prepared")
-    tiny_params(workdir, train={"epochs": 2, "batch_size": 25})
+    tiny_params(workdir, train=LAUNCHER_TRAIN)
     done = subprocess.run(train_stage_command(workdir, "multi_worker_mirrored", "local"), cwd=REPO,
                           env=local_mode_environment(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -23,7 +23,7 @@ import pytest
 
 from helpers import netns, ray_nodes
 from helpers.netns import wait_for
-from helpers.project import REPO, local_mode_environment, running_stage_tasks, tiny_params, train_stage_command
+from helpers.project import LAUNCHER_TRAIN, REPO, local_mode_environment, running_stage_tasks, tiny_params, train_stage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "")]
 
@@ -46,7 +46,7 @@ def report(workdir, name):
 
 
 def ray_params(tmp_path, nodes, train=None, **distributed):
-    return tiny_params(tmp_path, train={"epochs": 2, "batch_size": 25, **(train or {})},
+    return tiny_params(tmp_path, train={**LAUNCHER_TRAIN, **(train or {})},
                        distributed={"launcher": "ray", "ray_address": nodes.address, **distributed})
 
 
@@ -76,7 +76,7 @@ def placed(output):
 def test_ray_places_a_worker_on_each_machine_and_trains_the_local_launcher_s_weights(tmp_path, prepared_copy,
                                                                                       ray_cluster, local_launcher_run):
     hosts, nodes = ray_cluster
-    ray_params(tmp_path, nodes)  # local_launcher_run's params, with Ray as the launcher
+    ray_params(tmp_path, nodes)  # local_launcher_run's training, with Ray as the launcher
     code, output = finish(*start_stage(hosts, tmp_path, "multi_worker_mirrored", "ray"))
     assert code == 0, output[-3000:]
     # Ray ranks the workers as it likes; what matters is one on each machine

@@ -16,7 +16,7 @@ from tfdist.config import load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 
-from helpers.project import REPO, local_mode_environment, tiny_params, train_stage_command
+from helpers.project import LAUNCHER_TRAIN, REPO, local_mode_environment, tiny_params, train_stage_command
 
 
 def report(workdir, name):
@@ -48,7 +48,7 @@ def test_a_ray_cluster_that_does_not_answer_fails_in_seconds_naming_its_address(
 @pytest.mark.slow
 def test_ray_trains_the_same_weights_as_the_local_launcher_on_loopback_and_logs_the_chief_s_run(tmp_path, prepared_copy,
                                                                                             local_launcher_run):
-    tiny_params(tmp_path, train={"epochs": 2, "batch_size": 25})  # local_launcher_run's
+    tiny_params(tmp_path, train=LAUNCHER_TRAIN)
     # Paths relative to the stage's folder, as dvc.yaml gives them: Ray runs its workers in folders of its own.
     relative = [arg if not arg.startswith(str(tmp_path)) else os.path.relpath(arg, tmp_path)
                 for arg in train_stage_command(tmp_path, "multi_worker_mirrored", "ray", "distributed.launcher=ray")]

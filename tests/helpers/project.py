@@ -82,6 +82,10 @@ def local_mode_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
 
 
+#: The training of conftest's local_launcher_run, which the Ray runs repeat to compare weights bit for bit.
+LAUNCHER_TRAIN = {"epochs": 2, "batch_size": 25}
+
+
 def tiny_params(tmp_path: Path, **sections: dict) -> Path:
     """Write a params.yaml for fast offline tests (sample data, 2 epochs, temp MLflow store)."""
     params = {

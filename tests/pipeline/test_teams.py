@@ -160,6 +160,8 @@ def test_two_queued_experiments_at_once_record_one_into_the_workspace_store_one_
     assert "compare.html" in {a.path for a in mlflow.MlflowClient(url).list_artifacts(parent.run_id)}
     assert list(artifacts.rglob("compare.html")), "the server keeps the artifacts in --artifacts-destination"
     assert not recorded(workspace_store(project), "q-server") and not recorded(url, "q-workspace"), "each in its store"
+    kept_here = {path.name for path in (project / "mlruns").rglob("*")}
+    assert not kept_here & {run.info.run_id for run in served.values()}, "a client of a server keeps nothing locally"
     no_run_left_running(workspace_store(project))
     no_run_left_running(url)
 

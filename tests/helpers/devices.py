@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.runtime import configure_cpu_devices
-from tfdist.tf_imports import tf
+from tfdist.runtime import configure_cpu_devices, configure_onednn
+
+# The in-process tests train the tiny config's MLP: TensorFlow loads here with oneDNN as its train stage would
+# (``runtime.onednn: auto``), not with TensorFlow's default for this CPU (on where it has AVX-512).
+configure_onednn("auto", "mlp")
+
+from tfdist.tf_imports import tf  # noqa: E402  (after oneDNN's setting: TensorFlow reads it once, at load)
 
 LOGICAL_CPUS = 2
 configure_cpu_devices(LOGICAL_CPUS)

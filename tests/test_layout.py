@@ -19,7 +19,7 @@ SRC = REPO / "src"
 FLOORS = {
     "tfdist": 0, "tfdist.errors": 0, "tfdist.atomic": 0, "tfdist.native_logs": 0, "tfdist.workspace": 0,
     "tfdist.hardware": 0, "tfdist.tf_imports": 0, "tfdist.tf_private": 0, "tfdist.runtime": 0, "tfdist.config": 0,
-    "tfdist.reports": 0,
+    "tfdist.reports": 0, "tfdist.measures": 0,
     "tfdist.data": 1,
     "tfdist.distribute": 2,
     "tfdist.cluster": 3, "tfdist.tracking": 3,

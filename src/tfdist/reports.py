@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from tfdist import atomic
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
+from tfdist.measures import Ratio, measure
 
 T = TypeVar("T")
 
@@ -71,8 +72,8 @@ class CollectiveCosts:
     small_seconds: float
     large_bytes: int
     large_seconds: float
-    latency_seconds: float
-    seconds_per_byte: float
+    latency_seconds: float = field(metadata=measure(mlflow="allreduce_latency_ms", scale=1e3, better="lower"))
+    seconds_per_byte: float = field(metadata=measure(mlflow="allreduce_ns_per_byte", scale=1e9, better="lower"))
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ class ThreadSettings:
         cpus: CPUs the chief (or only) process could run on (its affinity: a pinned task has 1).
         intra_op: threads one op could use (``runtime.intra_op_threads``, ``auto`` resolved; 0: TensorFlow's choice).
         inter_op: ops that could run at once (0: TensorFlow's choice).
-        onednn: whether TensorFlow ran oneDNN's kernels (``runtime.onednn``; it changes a
-            convnet's step 1.4-2.6x on CPUs; None in reports written before it was recorded).
+        onednn: whether TensorFlow ran oneDNN's kernels (``runtime.onednn``; None in reports written before it
+            was recorded).
     """
 
     cpus: int
@@ -93,9 +94,19 @@ class ThreadSettings:
     onednn: bool | None = None
 
 
+def _sync(synchronous: bool) -> str:
+    return "sync" if synchronous else "async"
+
+
 @dataclass(frozen=True)
 class TrainReport:
     """What one training run did and cost (``reports/train/NAME.json``).
+
+    Each measured field declares how MLflow logs it and how the comparison shows
+    and compares it (:mod:`tfdist.measures`): a field added here, with its
+    metadata, reaches the run's MLflow metrics, compare.json and the report's
+    tables. A field added after reports were first written takes a default
+    (None), so older reports still load, and show a dash.
 
     Attributes:
         name: the run name (``normal``, a strategy's name, or any plain name).
@@ -111,12 +122,12 @@ class TrainReport:
             steps_per_epoch: batch and optimiser as trained.
         epochs, resumed_at_epoch: epochs in the history; epochs restored from a backup.
         traces: times each step function was traced.
+        steady_samples_per_second, steady_epoch_seconds, first_epoch_overhead_seconds: steady state
+            (epochs after the first) and what the first cost more.
         train_seconds, samples_per_second: wall time of ``fit`` and mean throughput.
-        steady_epoch_seconds, first_epoch_overhead_seconds, steady_samples_per_second:
-            steady state (epochs after the first) and what the first cost more.
         startup_seconds: process start to ``fit`` (None where unknown).
         cpu_percent: mean CPU utilisation of the chief's machine while ``fit`` ran (% of all its cores).
-        params_per_device, bytes_per_step, stages, micro_batches, bubble_theory, bubble:
+        params_per_device, bytes_per_step, stages, micro_batches, bubble, bubble_theory:
             what a step holds and moves (:class:`tfdist.train.step_costs.Costs`).
         loss, accuracy, val_loss, val_accuracy: the last epoch's.
         weights_sha256: digest of the trained weights (equal digests: identical weights).
@@ -130,43 +141,57 @@ class TrainReport:
     """
 
     name: str
-    strategy: str
-    paradigm: str
+    strategy: str = field(metadata=measure(table="setup", heading="strategy", numeric=False))
+    paradigm: str = field(metadata=measure(table="costs", heading="paradigm", numeric=False))
     strategy_class: str
-    replicas: int
+    loop: str = field(metadata=measure(table="setup", heading="loop", numeric=False))
+    precision: str = field(metadata=measure(table="setup", heading="precision", numeric=False))
+    synchronous: bool = field(metadata=measure(table="setup", heading="sync", format=_sync))
+    replicas: int = field(metadata=measure(table="setup", heading="replicas"))
     devices: list[str]
     workers: int
     ps: int
-    synchronous: bool
-    loop: str
-    precision: str
     precision_can_be_faster: bool
     precision_support: dict[str, PrecisionSupport]
     run_label: str
     clip_method: str
     clip_value: float
-    global_batch_size: int
+    global_batch_size: int = field(metadata=measure(mlflow="global_batch_size", table="setup", heading="global batch"))
     lr_scaling: str
     base_learning_rate: float
-    learning_rate: float
-    warmup_steps: int
+    learning_rate: float = field(metadata=measure(mlflow="effective_learning_rate", table="setup",
+                                                  heading="learning rate", format="{:g}"))
+    warmup_steps: int = field(metadata=measure(mlflow="warmup_steps"))
     epochs: int
-    resumed_at_epoch: int
+    resumed_at_epoch: int = field(metadata=measure(mlflow="resumed_at_epoch"))
     steps_per_epoch: int
-    traces: dict[str, int]
-    train_seconds: float
-    samples_per_second: float
-    steady_epoch_seconds: float
-    first_epoch_overhead_seconds: float
-    steady_samples_per_second: float
-    startup_seconds: float | None
-    cpu_percent: float
-    params_per_device: list[int]
-    bytes_per_step: int
+    traces: dict[str, int] = field(metadata=measure(mlflow="{key}_function_traces"))
+    steady_samples_per_second: float = field(metadata=measure(
+        mlflow="steady_samples_per_second", table="results", heading="samples/s", format="{:,.0f}", better="higher",
+        headline="samples_per_second"))
+    steady_epoch_seconds: float = field(metadata=measure(
+        mlflow="steady_epoch_seconds", table="results", heading="s/epoch", format="{:.3f}", better="lower",
+        ratio=Ratio("speedup", "speed-up vs normal", headline=True)))
+    first_epoch_overhead_seconds: float = field(metadata=measure(
+        mlflow="first_epoch_overhead_seconds", table="results", heading="1st-epoch overhead (s)", format="{:.2f}",
+        better="lower"))
+    train_seconds: float = field(metadata=measure(
+        mlflow="train_seconds", table="results", heading="train time (s)", format="{:.1f}", better="lower",
+        ratio=Ratio("wall_speedup")))
+    samples_per_second: float = field(metadata=measure(mlflow="samples_per_second", better="higher"))
+    startup_seconds: float | None = field(metadata=measure(mlflow="startup_seconds", better="lower"))
+    cpu_percent: float = field(metadata=measure(mlflow="cpu_percent", table="results", heading="CPU use",
+                                                format="{:.0f}%"))
+    params_per_device: list[int] = field(metadata=measure(
+        mlflow="max_params_per_device", reduce=max, table="costs", heading="parameters per device", format="{:,}"))
+    bytes_per_step: int = field(metadata=measure(mlflow="bytes_per_step", table="costs", heading="bytes moved per step",
+                                                 format="{:,}", better="lower"))
     stages: int
-    micro_batches: int
-    bubble_theory: float | None
-    bubble: float | None
+    micro_batches: int = field(metadata=measure(table="costs", heading="micro-batches"))
+    bubble: float | None = field(metadata=measure(mlflow="bubble", table="costs", heading="bubble measured",
+                                                  format="{:.0%}", better="lower"))
+    bubble_theory: float | None = field(metadata=measure(mlflow="bubble_theory", table="costs",
+                                                         heading="bubble in theory", format="{:.0%}"))
     loss: float
     accuracy: float
     val_loss: float
@@ -181,7 +206,7 @@ class TrainReport:
 
 @dataclass(frozen=True)
 class ClassMetrics:
-    """Precision, recall and support of one digit class on the test split."""
+    """Precision, recall and support of one class on the test split."""
 
     precision: float
     recall: float
@@ -193,8 +218,9 @@ class EvalReport:
     """A model's results on the test split (``reports/eval/NAME.json``)."""
 
     name: str
-    loss: float
-    accuracy: float
+    loss: float = field(metadata=measure(mlflow="test_loss", better="lower"))
+    accuracy: float = field(metadata=measure(mlflow="test_accuracy", table="results", heading="test accuracy",
+                                             format="{:.4f}", better="higher", headline="test_accuracy"))
     samples: int
     per_class: dict[str, ClassMetrics] = field(default_factory=dict)
 

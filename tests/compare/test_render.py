@@ -21,11 +21,11 @@ def test_markdown_and_figures(tmp_path):
         {"normal": eval_report("normal", 0.95, 0.2), "central_storage": eval_report("central_storage", 0.951, 0.2)},
     )
     markdown = render_markdown(comparison)
-    assert ("| central_storage | central_storage | fit | float32 | sync | 2 | 1 | 2 CPUs, 1 thread per op | 50 | 0.001 |"
+    assert ("| central_storage | central_storage | fit | float32 | sync | 2 | 50 | 0.001 | 1 | 2 CPUs, 1 thread per op |"
             in markdown)
     # no histories given: no time to accuracy
-    assert ("| central_storage | 105 | 90% | 4.750 | 0.00 | 9.5 | 1.05x | not reached | not reached | not reached "
-            "| 0.9510 | +0.10 |") in markdown
+    assert ("| central_storage | 105 | 4.750 | 1.05x | 0.00 | 9.5 | 90% | 0.9510 | not reached | not reached | not reached "
+            "| +0.10 |") in markdown
     assert "Asynchronous" not in markdown
     assert "did not pay off: the fastest strategy, central_storage, ran within 10%" in markdown
     paths = plot_figures(comparison, {"normal": history(), "central_storage": history()}, tmp_path / "figures")
@@ -43,10 +43,10 @@ def test_the_setup_says_what_each_run_was_given_pinned_workers_one_cpu_each_and_
     )
     markdown = render_markdown(comparison)
     assert "| CPUs, threads |" in markdown
-    assert "| normal | default | fit | float32 | sync | 1 | 1 | 2 CPUs, 2 threads per op, oneDNN on |" in markdown
-    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op, "
-            "oneDNN off |" in markdown)
-    assert "| old | mirrored | fit | float32 | sync | 2 | 1 | not recorded |" in markdown
+    assert "| normal | default | fit | float32 | sync | 1 | 25 | 0.001 | 1 | 2 CPUs, 2 threads per op, oneDNN on |" in markdown
+    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 50 | 0.001 | 2 | 2 x 1 CPU, "
+            "1 thread per op, oneDNN off |" in markdown)
+    assert "| old | mirrored | fit | float32 | sync | 2 | 50 | 0.001 | 1 | not recorded |" in markdown
 
 
 def test_html_page_has_the_markdown_content_and_fetches_nothing(tmp_path):

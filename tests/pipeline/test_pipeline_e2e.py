@@ -41,13 +41,13 @@ def test_dvc_repro_runs_every_stage_then_is_a_no_op(project, pipeline):
     comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
     assert list(comparison["runs"]) == ["normal", *sorted(STRATEGIES)]
     for name, row in comparison["runs"].items():
-        assert row["test_accuracy"] > 0.8, name
-    assert comparison["runs"]["multi_worker_mirrored"]["workers"] == 2
-    assert comparison["runs"]["parameter_server"]["synchronous"] is False
+        assert row["evaluation"]["accuracy"] > 0.8, name
+    assert comparison["runs"]["multi_worker_mirrored"]["report"]["workers"] == 2
+    assert comparison["runs"]["parameter_server"]["report"]["synchronous"] is False
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
-    assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | 1 | " in markdown
-    assert ("| multi_worker_mirrored | multi_worker_mirrored | fit | float32 | sync | 2 | 2 | 2 x 1 CPU, 1 thread per op, "
-            "oneDNN off |") in markdown, "each local worker is pinned to a core of its own"
+    assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | " in markdown
+    mwms = next(line for line in markdown.splitlines() if line.startswith("| multi_worker_mirrored | multi_worker_mirrored |"))
+    assert mwms.endswith("| 2 | 2 x 1 CPU, 1 thread per op, oneDNN off |"), "each local worker is pinned to a core of its own"
     assert "**Asynchronous:** parameter_server" in markdown and "## Advice" in markdown
     assert (project / "reports" / "compare" / "compare.html").read_text().count("data:image/png;base64,") == 5
     assert "Data and pipelines are up to date." in run_in_project(["dvc", "repro"], project)
@@ -161,10 +161,10 @@ def test_all_three_kinds_of_distribution_in_one_experiment_then_exp_show_and_plo
     assert json.loads((project / "reports" / "train" / "normal.json").read_text())["epochs"] == 1, "the edited params"
     comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
     paradigms = {"normal": "none", "mirrored": "data", "model_parallel": "model", "pipeline_parallel": "pipeline"}
-    assert {name: row["paradigm"] for name, row in comparison["runs"].items()} == paradigms
-    pipeline = comparison["runs"]["pipeline_parallel"]
+    assert {name: row["report"]["paradigm"] for name, row in comparison["runs"].items()} == paradigms
+    pipeline = comparison["runs"]["pipeline_parallel"]["report"]
     assert pipeline["micro_batches"] == 5 and pipeline["bubble_theory"] == pytest.approx(1 / 6)
-    assert pipeline["test_accuracy"] > 0.8 and 0 <= pipeline["bubble"] <= 1
+    assert comparison["runs"]["pipeline_parallel"]["evaluation"]["accuracy"] > 0.8 and 0 <= pipeline["bubble"] <= 1
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
     assert "## What each kind of distribution holds and moves" in markdown
     assert "| pipeline_parallel | pipeline | 100,480 | 25,600 | 5 |" in markdown
@@ -208,7 +208,7 @@ def test_the_convnet_runs_end_to_end_from_one_dvc_exp_run(project):
     for name, row in comparison["runs"].items():
         report = json.loads((project / "reports" / "train" / f"{name}.json").read_text())
         assert report["params_per_device"][0] == 34_826, "the convnet's parameters on each replica"
-        assert row["test_accuracy"] > 0.8, name
+        assert row["evaluation"]["accuracy"] > 0.8, name
     assert comparison["scaling"][0]["gradient_bytes"] == 4 * 34_826
     runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="convnet")}
     assert runs["normal"].data.params["model.kind"] == "cnn"

@@ -34,7 +34,7 @@ def verdict(rows: list[RunRow], projections: list[Projection] = (), network: Net
         return "Only normal training ran; list strategies under distributed.strategies to compare."
     best = max(others, key=lambda r: r.speedup)
     accuracy = f"test accuracy {best.test_accuracy:.3f} vs {normal.test_accuracy:.3f}"
-    pace = (f"{best.steady_epoch_seconds:.3f} s vs {normal.steady_epoch_seconds:.3f} s per epoch at "
+    pace = (f"{best.report.steady_epoch_seconds:.3f} s vs {normal.report.steady_epoch_seconds:.3f} s per epoch at "
             "steady state")
     if best.speedup >= 1 + _NOISE:
         head = (f"Distribution paid off: {best.name} trained {best.speedup:.2f}x as fast as normal training "
@@ -83,7 +83,7 @@ def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
     if normal.seconds_to_target is None:
         return ""  # nothing to compare with: the report's table says "not reached"
     if best.seconds_to_target is None:
-        return (f"But {best.name} never reached {target} in its {best.epochs} epochs, which normal training did "
+        return (f"But {best.name} never reached {target} in its {best.report.epochs} epochs, which normal training did "
                 f"in {normal.epochs_to_target} ({normal.seconds_to_target:.1f} s of training).")
     first = min((row for row in others if row.seconds_to_target is not None),
                 key=lambda row: row.seconds_to_target)
@@ -102,35 +102,36 @@ def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
 
 def _why(best: RunRow, normal: RunRow) -> str:
     """Why the best run went as fast as it did, from the hardware its report recorded where it trained."""
-    cores = best.cpu_cores
-    if best.stages > 1:
-        shared = f", logical devices sharing the same {cores} CPU cores" if best.shared_cpu else ""
-        overlap = ("its micro-batches overlap the stages only in part" if best.micro_batches > 1
+    run, hardware = best.report, best.report.hardware
+    cores = hardware.cpu_cores
+    if run.stages > 1:
+        shared = f", logical devices sharing the same {cores} CPU cores" if hardware.shared_cpu else ""
+        overlap = ("its micro-batches overlap the stages only in part" if run.micro_batches > 1
                    else "only one stage works at a time")
-        return (f"It split the model's layers over {best.stages} devices ({', '.join(best.devices)}{shared}): "
+        return (f"It split the model's layers over {run.stages} devices ({', '.join(run.devices)}{shared}): "
                 f"every step moves activations and their gradients between them, and {overlap}; "
                 "a split pays when the model does not fit one device.")
-    if best.shared_cpu and best.workers > 1:
-        servers = f" and {best.ps} parameter server(s)" if best.ps else ""
+    if hardware.shared_cpu and run.workers > 1:
+        servers = f" and {run.ps} parameter server(s)" if run.ps else ""
         if best.speedup >= 1 + _NOISE:  # the cores, not more of them: the processes used them better
-            return (f"Its {best.workers} worker processes{servers} shared the same {cores} CPU cores of one machine "
+            return (f"Its {run.workers} worker processes{servers} shared the same {cores} CPU cores of one machine "
                     f"({best.given}) as normal training ({normal.given}): each computed its own batch on its "
                     "own core, which used the cores better than normal training's op threads did (small ops "
                     "split poorly across cores), though every step pays for gRPC traffic between the processes; "
                     "the same cores, not more of them.")
-        return (f"Its {best.workers} worker processes{servers} shared the same {cores} CPU cores of one machine, "
+        return (f"Its {run.workers} worker processes{servers} shared the same {cores} CPU cores of one machine, "
                 "so they add no compute, while every step pays for gRPC traffic between the processes "
                 "(all-reduce, or pushing updates to the ps); distribution pays with separate machines or GPUs.")
-    if best.shared_cpu and best.replicas > 1:
-        return (f"Its {best.replicas} replicas are logical devices carved out of the same "
+    if hardware.shared_cpu and run.replicas > 1:
+        return (f"Its {run.replicas} replicas are logical devices carved out of the same "
                 f"{cores} CPU cores, so they add no compute, while every step pays for "
                 "splitting the batch and combining gradients; distribution pays with separate GPUs or machines.")
-    if best.workers > 1 and len(best.hosts) > 1:
-        return (f"It ran {best.workers} workers on {len(best.hosts)} machines ({', '.join(best.hosts)}), "
-                f"{best.replicas} replicas in all, each taking part of a {best.global_batch_size}-example global batch.")
-    if best.replicas > normal.replicas:
-        return (f"It ran {best.replicas} replicas on {', '.join(best.devices)}, each taking "
-                f"1/{best.replicas} of a {best.global_batch_size}-example global batch.")
+    if run.workers > 1 and len(hardware.hosts) > 1:
+        return (f"It ran {run.workers} workers on {len(hardware.hosts)} machines ({', '.join(hardware.hosts)}), "
+                f"{run.replicas} replicas in all, each taking part of a {run.global_batch_size}-example global batch.")
+    if run.replicas > normal.report.replicas:
+        return (f"It ran {run.replicas} replicas on {', '.join(run.devices)}, each taking "
+                f"1/{run.replicas} of a {run.global_batch_size}-example global batch.")
     return "It ran one replica, so it could only add overhead."
 
 
@@ -146,8 +147,8 @@ def advice(rows: list[RunRow], projections: list[Projection], support: dict[str,
 
 def _paradigm_advice(rows: list[RunRow]) -> str:
     """When data, model and pipeline parallelism each pay, with what these runs held, moved and idled."""
-    split = [row for row in rows if splits_layers(row.paradigm)]
-    data = [row for row in rows if row.paradigm == "data"]
+    split = [row for row in rows if splits_layers(row.report.paradigm)]
+    data = [row for row in rows if row.report.paradigm == "data"]
     when = ("Data parallelism pays when the model fits one device and each replica gets a batch big enough to hide "
             "the gradient exchange; model parallelism pays only when the model (with its optimizer state) does not "
             "fit one device, as its stages work one after the other; pipeline parallelism then keeps them busy "
@@ -158,18 +159,19 @@ def _paradigm_advice(rows: list[RunRow]) -> str:
                 "`train.loop: custom`) to `distributed.strategies` to measure the other two.")
     parts = []
     for row in split:
-        bubble = "" if row.bubble is None else (
-            f", and its devices idled {row.bubble:.0%} of a step (theory {row.bubble_theory:.0%} for "
-            f"{row.stages} stages and {row.micro_batches} micro-batch{'es' if row.micro_batches > 1 else ''})")
-        parts.append(f"{row.name} held at most {row.max_params_per_device:,} parameters on a device and moved "
-                     f"{_kilobytes(row.bytes_per_step)} of activations per step{bubble}; it ran at "
+        run = row.report
+        bubble = "" if run.bubble is None or run.bubble_theory is None else (
+            f", and its devices idled {run.bubble:.0%} of a step (theory {run.bubble_theory:.0%} for "
+            f"{run.stages} stages and {run.micro_batches} micro-batch{'es' if run.micro_batches > 1 else ''})")
+        parts.append(f"{row.name} held at most {max(run.params_per_device):,} parameters on a device and moved "
+                     f"{_kilobytes(run.bytes_per_step)} of activations per step{bubble}; it ran at "
                      f"{row.speedup:.2f}x normal speed")
     text = when + " Here: " + "; ".join(parts) + "."
     if data:
-        least = min(data, key=lambda row: row.bytes_per_step)
-        text += (f" Data parallelism kept all {least.max_params_per_device:,} parameters on every replica and "
-                 f"moved {_kilobytes(least.bytes_per_step)} per step at the least ({least.name}).")
-    if rows[0].cpu_cores <= 2 and all(kind == "CPU" for kind in rows[0].device_kinds):
+        least = min(data, key=lambda row: row.report.bytes_per_step)
+        text += (f" Data parallelism kept all {max(least.report.params_per_device):,} parameters on every replica and "
+                 f"moved {_kilobytes(least.report.bytes_per_step)} per step at the least ({least.name}).")
+    if rows[0].report.hardware.cpu_cores <= 2 and all(kind == "CPU" for kind in rows[0].report.hardware.device_kinds):
         text += (" The devices here are logical CPU devices sharing the same cores, so a split adds per-op "
                  "overhead and no compute: the measured idle share reflects that overhead more than the schedule.")
     return text
@@ -187,21 +189,21 @@ def _use_advice(rows: list[RunRow], projections: list[Projection] = (), network:
     if best.speedup < 1 + _NOISE:
         text = (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
                 f"the closest, {best.name}, ran at {best.speedup:.2f}x. Distribution spends time coordinating "
-                f"replicas that, here, share {rows[0].cpu_cores} CPU cores instead of adding compute.")
+                f"replicas that, here, share {rows[0].report.hardware.cpu_cores} CPU cores instead of adding compute.")
         beyond = _across_machines(rows, projections, network) if network else ""
         return text + (" " + beyond if beyond else "")
     text = (f"Use {best.name}: it trained {best.speedup:.2f}x as fast as normal training at steady state, "
             f"with test accuracy {best.accuracy_delta_points:+.1f} points.")
     if best.accuracy_delta_points < -_ACCURACY_LOSS_POINTS:
-        text += (f" The accuracy it lost comes with its {best.global_batch_size}-example global batch: try "
+        text += (f" The accuracy it lost comes with its {best.report.global_batch_size}-example global batch: try "
                  "`train.lr_scaling: linear` with `train.warmup_epochs: 1`, or more epochs.")
     return text
 
 
 def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Network) -> str:
-    unprojected = [row for row in rows[1:] if row.paradigm == "data" and not row.collectives]
-    one_machine = [row.name for row in unprojected if row.synchronous]
-    pulls = [row.name for row in unprojected if not row.synchronous]
+    unprojected = [row for row in rows[1:] if row.report.paradigm == "data" and not row.report.collectives]
+    one_machine = [row.name for row in unprojected if row.report.synchronous]
+    pulls = [row.name for row in unprojected if not row.report.synchronous]
     reasons = [*([f"{' and '.join(one_machine)} (one machine's devices)"] if one_machine else []),
                *([f"{' and '.join(pulls)} (its pulls and pushes to the parameter servers are not modelled)"]
                  if pulls else [])]
@@ -230,8 +232,8 @@ def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Ne
 
 
 def _precision_advice(rows: list[RunRow], support: dict[str, PrecisionSupport]) -> str:
-    used = sorted({row.precision for row in rows})
-    per_replica_batch = rows[0].global_batch_size // rows[0].replicas
+    used = sorted({row.report.precision for row in rows})
+    per_replica_batch = rows[0].report.global_batch_size // rows[0].report.replicas
     # bfloat16 first: it needs no loss scaling, so it works under every strategy.
     faster = sorted((p for p in MIXED_PRECISIONS if p in support and support[p].can_be_faster),
                     key=lambda p: p != "mixed_bfloat16")

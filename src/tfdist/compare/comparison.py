@@ -9,82 +9,76 @@ order kept: it is the file's key order).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tfdist.reports import CollectiveCosts, PrecisionSupport
+from tfdist.measures import declared, headlines, measure
+from tfdist.reports import EvalReport, PrecisionSupport, TrainReport
 
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run's line of the comparison: its setup, its costs, and how it compares with normal training.
+    """One run's line of the comparison: its reports as the stages wrote them, and how it compares with normal training.
+
+    The report's own numbers stay in ``report`` and ``evaluation``; what the
+    comparison adds is declared here like theirs (:mod:`tfdist.measures`), so the
+    tables, metrics.json and the MLflow metrics read one declaration.
 
     Attributes:
-        name ... run_label: copied from the run's :class:`~tfdist.reports.TrainReport` (same names and meaning),
-            with ``clip`` its ``clip_method`` and ``samples_per_second`` its steady throughput.
+        name: the run.
+        report: its train report.
+        evaluation: its results on the test split (the evaluate stage's).
         processes: "workers + ps" as one label ("2 + 1"), or the workers alone.
         given: the CPUs and op threads its processes were given, as one label
             ("2 CPUs, 2 threads per op"; "2 x 1 CPU, ..." for pinned workers).
-        hosts, device_kinds, cpu_cores, shared_cpu: where it trained (:class:`~tfdist.hardware.Hardware`).
-        max_params_per_device: the most parameters any one of its devices held.
-        speedup: normal training's steady epoch time over this run's.
-        wall_speedup: normal training's ``fit`` wall time over this run's.
-        test_accuracy, test_loss: on the test split (the evaluate stage's).
-        accuracy_delta_points: test accuracy against normal training's, in points.
+        vs_normal: every ratio the train report declares against normal training's, by name
+            (``speedup``: normal's steady epoch time over this run's; ``wall_speedup``: the same of ``fit``'s wall time).
         target_accuracy: ``compare.target_accuracy``.
         epochs_to_target, seconds_to_target: until validation accuracy first reached it (None: never).
         time_to_accuracy_speedup: normal training's seconds to the target over this run's (None: either never did).
+        accuracy_delta_points: test accuracy against normal training's, in points.
     """
 
     name: str
-    strategy: str
-    paradigm: str
-    strategy_class: str
-    loop: str
-    precision: str
-    clip: str
-    precision_can_be_faster: bool
-    synchronous: bool
-    replicas: int
-    workers: int
-    ps: int
-    processes: str
-    given: str
-    devices: list[str]
-    hosts: list[str]
-    device_kinds: list[str]
-    cpu_cores: int
-    shared_cpu: bool
-    global_batch_size: int
-    learning_rate: float
-    lr_scaling: str
-    warmup_steps: int
-    epochs: int
-    train_seconds: float
-    samples_per_second: float
-    steady_epoch_seconds: float
-    first_epoch_overhead_seconds: float
-    startup_seconds: float | None
-    cpu_percent: float
-    params_per_device: list[int]
-    max_params_per_device: int
-    bytes_per_step: int
-    stages: int
-    micro_batches: int
-    bubble: float | None
-    bubble_theory: float | None
-    speedup: float
-    wall_speedup: float
-    test_accuracy: float
-    test_loss: float
-    accuracy_delta_points: float
-    mlflow_run_id: str
-    run_label: str
-    collectives: CollectiveCosts | None
-    target_accuracy: float
-    epochs_to_target: int | None
-    seconds_to_target: float | None
-    time_to_accuracy_speedup: float | None
+    report: TrainReport
+    evaluation: EvalReport
+    processes: str = field(metadata=measure(table="setup", heading="workers + ps"))
+    given: str = field(metadata=measure(table="setup", heading="CPUs, threads"))
+    vs_normal: dict[str, float | None]
+    target_accuracy: float = field(metadata=measure(mlflow="target_accuracy"))
+    epochs_to_target: int | None = field(metadata=measure(
+        mlflow="epochs_to_target_accuracy", table="results", heading="epochs to target", missing="not reached",
+        better="lower"))
+    seconds_to_target: float | None = field(metadata=measure(
+        mlflow="seconds_to_target_accuracy", table="results", heading="time to target (s)", format="{:.1f}",
+        missing="not reached", better="lower", headline="seconds_to_target"))
+    time_to_accuracy_speedup: float | None = field(metadata=measure(
+        mlflow="time_to_accuracy_speedup", table="results", heading="speed-up to target", format="{:.2f}x",
+        missing="not reached", better="higher", headline="time_to_accuracy_speedup"))
+    accuracy_delta_points: float = field(metadata=measure(table="results", heading="Δ accuracy (points)",
+                                                          format="{:+.2f}", better="higher"))
+
+    @property
+    def speedup(self) -> float:
+        """Normal training's steady epoch time over this run's."""
+        return self.vs_normal.get("speedup") or 0.0
+
+    @property
+    def test_accuracy(self) -> float:
+        return self.evaluation.accuracy
+
+
+#: Where a row's declared numbers live: the row's attributes holding records (``""``: the row itself), in table order.
+ROW_RECORDS = ("report", "evaluation", "")
+
+
+def headline_metrics(row: RunRow) -> dict[str, float]:
+    """What metrics.json lists for ``row`` (``dvc exp show``): every declared headline, ratios included."""
+    found = headlines(row.report)
+    ratios = (declaration.ratio for _, declaration in declared(row.report) if declaration.ratio is not None)
+    found.update({ratio.name: value for ratio in ratios
+                  if ratio.headline and (value := row.vs_normal.get(ratio.name)) is not None})
+    return {**found, **headlines(row.evaluation), **headlines(row)}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from tfdist.compare.comparison import Comparison, Network, Projection, RunRow
 from tfdist.config import NORMAL_RUN, CompareConfig
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
+from tfdist.measures import ratios
 from tfdist.reports import CollectiveCosts, EvalReport, TrainReport
 
 
@@ -65,59 +66,21 @@ def measured_on(hardware: Hardware) -> str:
 
 def _row(report: TrainReport, result: EvalReport, *, base: TrainReport, base_accuracy: float,
          reached: tuple[int, float] | None, base_reached: tuple[int, float] | None, target: float) -> RunRow:
-    """One run's line of the comparison: its setup, its costs, and how it compares with normal training."""
+    """One run's line of the comparison: its reports, and how it compares with normal training."""
     epochs, seconds = reached or (None, None)
     return RunRow(
         name=report.name,
-        strategy=report.strategy,
-        paradigm=report.paradigm,
-        strategy_class=report.strategy_class,
-        loop=report.loop,
-        precision=report.precision,
-        clip=report.clip_method,
-        precision_can_be_faster=report.precision_can_be_faster,
-        synchronous=report.synchronous,
-        replicas=report.replicas,
-        workers=report.workers,
-        ps=report.ps,
+        report=report,
+        evaluation=result,
         processes=f"{report.workers} + {report.ps}" if report.ps else str(report.workers),
         given=_given(report),
-        devices=report.devices,
-        hosts=report.hardware.hosts,
-        device_kinds=report.hardware.device_kinds,
-        cpu_cores=report.hardware.cpu_cores,
-        shared_cpu=report.hardware.shared_cpu,
-        global_batch_size=report.global_batch_size,
-        learning_rate=report.learning_rate,
-        lr_scaling=report.lr_scaling,
-        warmup_steps=report.warmup_steps,
-        epochs=report.epochs,
-        train_seconds=report.train_seconds,
-        samples_per_second=report.steady_samples_per_second,
-        steady_epoch_seconds=report.steady_epoch_seconds,
-        first_epoch_overhead_seconds=report.first_epoch_overhead_seconds,
-        startup_seconds=report.startup_seconds,
-        cpu_percent=report.cpu_percent,
-        params_per_device=report.params_per_device,
-        max_params_per_device=max(report.params_per_device),
-        bytes_per_step=report.bytes_per_step,
-        stages=report.stages,
-        micro_batches=report.micro_batches,
-        bubble=report.bubble,
-        bubble_theory=report.bubble_theory,
-        speedup=base.steady_epoch_seconds / report.steady_epoch_seconds,
-        wall_speedup=base.train_seconds / report.train_seconds,
-        test_accuracy=result.accuracy,
-        test_loss=result.loss,
-        accuracy_delta_points=100 * (result.accuracy - base_accuracy),
-        mlflow_run_id=report.mlflow_run_id,
-        run_label=report.run_label,
-        collectives=report.collectives,
+        vs_normal=ratios(report, base),
         target_accuracy=target,
         epochs_to_target=epochs,
         seconds_to_target=seconds,
         # normal's time to the target over the run's: the speed-up that counts the epochs each needed
-        time_to_accuracy_speedup=base_reached[1] / seconds if reached and base_reached else None,
+        time_to_accuracy_speedup=base_reached[1] / seconds if seconds and base_reached else None,
+        accuracy_delta_points=100 * (result.accuracy - base_accuracy),
     )
 
 
@@ -194,24 +157,26 @@ def projection(rows: list[RunRow], network: Network, most: int = 10_000) -> list
     """
     normal = rows[0]
     return [_projected(row, normal, network, most) for row in rows[1:]
-            if row.paradigm == "data" and row.collectives]
+            if row.report.paradigm == "data" and row.report.collectives]
 
 
 def _projected(row: RunRow, normal: RunRow, network: Network, most: int) -> Projection:
-    calibration = row.collectives
-    step = row.global_batch_size / row.samples_per_second
+    run, base = row.report, normal.report
+    calibration = run.collectives
+    assert calibration is not None  # projection() passes only calibrated runs
+    step = run.global_batch_size / run.steady_samples_per_second
     size = calibration.large_bytes
     here = all_reduce_seconds(calibration.workers, size, calibration, None)
     compute = max(0.0, step - here)
-    per_machine = row.global_batch_size / calibration.workers  # examples a worker takes per step
+    per_machine = run.global_batch_size / calibration.workers  # examples a worker takes per step
 
     def step_on_network(machines: int) -> float:
         return compute + all_reduce_seconds(machines, size, calibration, network)
 
     def speedup(machines: int) -> float:
-        return machines * per_machine / step_on_network(machines) / normal.samples_per_second
+        return machines * per_machine / step_on_network(machines) / base.steady_samples_per_second
 
-    ceiling = per_machine / all_reduce_seconds(2, 0, calibration, network) / normal.samples_per_second
+    ceiling = per_machine / all_reduce_seconds(2, 0, calibration, network) / base.steady_samples_per_second
     return Projection(
         name=row.name,
         workers=calibration.workers,
@@ -219,7 +184,7 @@ def _projected(row: RunRow, normal: RunRow, network: Network, most: int) -> Proj
         all_reduce_here_ms=1000 * here,
         compute_ms=1000 * compute,
         gradient_bytes=size,
-        normal_step_ms=1000 * normal.global_batch_size / normal.replicas / normal.samples_per_second,
+        normal_step_ms=1000 * base.global_batch_size / base.replicas / base.steady_samples_per_second,
         examples_per_machine=per_machine,
         step_on_network_ms={str(n): 1000 * step_on_network(n) for n in PROJECTED_MACHINES},
         projected_speedup={str(n): speedup(n) for n in PROJECTED_MACHINES},

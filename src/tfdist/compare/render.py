@@ -12,13 +12,13 @@ import base64
 import html
 import re
 from pathlib import Path
-from typing import Any
 
 from matplotlib.figure import Figure  # pyplot-free: files only, no display or backend needed
 
 from tfdist import atomic
-from tfdist.compare.comparison import Comparison, Projection, RunRow
+from tfdist.compare.comparison import ROW_RECORDS, Comparison, Projection, RunRow
 from tfdist.compare.compute import training_seconds
+from tfdist.measures import Table, columns
 
 #: Figure file names, in the order the document shows them (the projection's only where a run was projected).
 FIGURES = (
@@ -31,45 +31,6 @@ FIGURES = (
 PROJECTION_FIGURE = "projection.png"
 #: One marker a run, so that runs tell apart without colour too.
 _MARKERS = "osD^v<>Pph*X"
-
-SETUP_COLUMNS = (
-    ("name", "run"),
-    ("strategy", "strategy"),
-    ("loop", "loop"),
-    ("precision", "precision"),
-    ("synchronous", "sync"),
-    ("replicas", "replicas"),
-    ("processes", "workers + ps"),
-    ("given", "CPUs, threads"),
-    ("global_batch_size", "global batch"),
-    ("learning_rate", "learning rate"),
-)
-RESULT_COLUMNS = (
-    ("name", "run"),
-    ("samples_per_second", "samples/s"),
-    ("cpu_percent", "CPU use"),
-    ("steady_epoch_seconds", "s/epoch"),
-    ("first_epoch_overhead_seconds", "1st-epoch overhead (s)"),
-    ("train_seconds", "train time (s)"),
-    ("speedup", "speed-up vs normal"),
-    ("epochs_to_target", "epochs to target"),
-    ("seconds_to_target", "time to target (s)"),
-    ("time_to_accuracy_speedup", "speed-up to target"),
-    ("test_accuracy", "test accuracy"),
-    ("accuracy_delta_points", "Δ accuracy (points)"),
-)
-#: Time-to-accuracy cells of a run that never reached the target.
-_TO_TARGET = ("epochs_to_target", "seconds_to_target", "time_to_accuracy_speedup")
-COST_COLUMNS = (
-    ("name", "run"),
-    ("paradigm", "paradigm"),
-    ("max_params_per_device", "parameters per device"),
-    ("bytes_per_step", "bytes moved per step"),
-    ("micro_batches", "micro-batches"),
-    ("bubble", "bubble measured"),
-    ("bubble_theory", "bubble in theory"),
-)
-_TEXT_COLUMNS = ("name", "strategy", "loop", "precision", "unit", "paradigm")
 
 Block = tuple  # ("h1" | "h2" | "p", text) | ("ul", [text]) | ("table", headers, aligns, rows) | ("img", file, alt)
 
@@ -88,11 +49,11 @@ def document(comparison: Comparison) -> list[Block]:
         blocks.append(_scaling_table(comparison.scaling))
     blocks += [
         ("h2", "Runs"),
-        _table(SETUP_COLUMNS, rows),
+        _table("setup", rows),
         ("h2", "Results"),
-        _table(RESULT_COLUMNS, rows),
+        _table("results", rows),
         ("h2", "What each kind of distribution holds and moves"),
-        _table(COST_COLUMNS, rows),
+        _table("costs", rows),
         ("p", "Parameters per device: the most any one device holds (a data-parallel replica holds them all; a layer "
               "split, its layers'). Bytes moved per step: counted from tensor shapes and the strategy's pattern "
               "(gradients reduced to one device and back, variables read from the central device, a ring "
@@ -119,9 +80,11 @@ def document(comparison: Comparison) -> list[Block]:
     return blocks
 
 
-def _table(columns: tuple[tuple[str, str], ...], rows: list[RunRow]) -> Block:
-    return ("table", [title for _, title in columns], [key not in _TEXT_COLUMNS for key, _ in columns],
-            [[_cell(key, getattr(row, key)) for key, _ in columns] for row in rows])
+def _table(table: Table, rows: list[RunRow]) -> Block:
+    """One of the comparison's tables, its columns the fields declared for it (:mod:`tfdist.measures`), run first."""
+    found = columns(table, {attribute: getattr(rows[0], attribute) if attribute else rows[0] for attribute in ROW_RECORDS})
+    return ("table", ["run", *[column.heading for column in found]], [False, *[column.numeric for column in found]],
+            [[row.name, *[column.cell(row) for column in found]] for row in rows])
 
 
 def _scaling_table(projections: list[Projection]) -> Block:
@@ -138,7 +101,7 @@ def _scaling_table(projections: list[Projection]) -> Block:
 
 
 def _asynchronous_note(rows: list[RunRow]) -> list[Block]:
-    names = [row.name for row in rows if not row.synchronous]
+    names = [row.name for row in rows if not row.report.synchronous]
     if not names:
         return []
     return [("p", f"**Asynchronous:** {', '.join(names)} trained with parameter servers: each worker runs whole "
@@ -150,27 +113,11 @@ def _asynchronous_note(rows: list[RunRow]) -> list[Block]:
 
 
 def _precision_note(rows: list[RunRow]) -> list[Block]:
-    slow = sorted({row.precision for row in rows if not row.precision_can_be_faster})
+    slow = sorted({row.report.precision for row in rows if not row.report.precision_can_be_faster})
     if not slow:
         return []
     return [("p", f"**Precision:** this machine has no hardware that computes {', '.join(slow)} faster than float32 "
                   "(see the run's `precision.hardware` tag in MLflow), so those runs show its cost, not a speed-up.")]
-
-
-def _cell(key: str, value: Any) -> str:
-    formats = {
-        "train_seconds": "{:.1f}", "steady_epoch_seconds": "{:.3f}", "first_epoch_overhead_seconds": "{:.2f}",
-        "samples_per_second": "{:,.0f}", "cpu_percent": "{:.0f}%", "speedup": "{:.2f}x", "test_accuracy": "{:.4f}",
-        "accuracy_delta_points": "{:+.2f}", "learning_rate": "{:g}", "max_params_per_device": "{:,}",
-        "bytes_per_step": "{:,}", "bubble": "{:.0%}", "bubble_theory": "{:.0%}",
-        "seconds_to_target": "{:.1f}", "time_to_accuracy_speedup": "{:.2f}x",
-    }
-    if key == "synchronous":
-        return "sync" if value else "async"
-    if value is None:
-        # a run that never reached the target; otherwise not measured for this kind of run (a bubble without a split)
-        return "not reached" if key in _TO_TARGET else "–"
-    return formats[key].format(value) if key in formats else str(value)
 
 
 def to_markdown(blocks: list[Block]) -> str:
@@ -297,9 +244,9 @@ def _throughput_figure(rows: list[RunRow]) -> Figure:
     fig = Figure(figsize=(10, 4))
     left, right = fig.subplots(1, 2)
     names = [r.name for r in rows]
-    left.bar(names, [r.samples_per_second for r in rows], color="tab:blue")
+    left.bar(names, [r.report.steady_samples_per_second for r in rows], color="tab:blue")
     left.set(title="Training throughput", ylabel="samples / s")
-    right.bar(names, [r.train_seconds for r in rows], color="tab:orange")
+    right.bar(names, [r.report.train_seconds for r in rows], color="tab:orange")
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):
         axis.tick_params(axis="x", rotation=30)
@@ -313,8 +260,8 @@ def _accuracy_vs_time_figure(rows: list[RunRow]) -> Figure:
     fig = Figure(figsize=(9, 4))
     axis = fig.subplots()
     for index, row in enumerate(rows):
-        axis.scatter(row.train_seconds, row.test_accuracy, marker=_MARKERS[index % len(_MARKERS)], s=60,
-                     label=f"{row.name} ({row.train_seconds:.1f} s, {row.test_accuracy:.4f})")
+        axis.scatter(row.report.train_seconds, row.test_accuracy, marker=_MARKERS[index % len(_MARKERS)], s=60,
+                     label=f"{row.name} ({row.report.train_seconds:.1f} s, {row.test_accuracy:.4f})")
     axis.set(title="Test accuracy vs train time", xlabel="train time (s)", ylabel="test accuracy")
     axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     return fig

@@ -10,11 +10,12 @@ import logging
 from pathlib import Path
 
 from tfdist import atomic
-from tfdist.compare.comparison import Comparison, to_json
+from tfdist.compare.comparison import Comparison, headline_metrics, to_json
 from tfdist.compare.compute import build_comparison, training_seconds
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config import Config
 from tfdist.distribute.registry import check_pipeline
+from tfdist.measures import mlflow_metrics
 from tfdist.reports import EvalReport, TrainReport, read_history, read_report
 from tfdist.tracking import addresses, experiment, models, runs
 
@@ -23,11 +24,6 @@ log = logging.getLogger(__name__)
 
 #: Per-epoch columns the compare stage gathers from every run for ``dvc plots``.
 CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
-#: What ``dvc exp show`` lists per run (reports/compare/metrics.json): the numbers a decision rests on.
-HEADLINE_METRICS = ("samples_per_second", "speedup", "test_accuracy", "seconds_to_target", "time_to_accuracy_speedup")
-#: Time to accuracy, logged onto each training run (the compare stage measures it against ``compare.target_accuracy``).
-RUN_METRICS = {"target_accuracy": "target_accuracy", "epochs_to_target": "epochs_to_target_accuracy",
-               "seconds_to_target": "seconds_to_target_accuracy", "time_to_accuracy_speedup": "time_to_accuracy_speedup"}
 
 
 def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -> Comparison:
@@ -51,7 +47,7 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", to_json(comparison))
         atomic.write_json(tmp / "metrics.json", {  # a run that never reached the target has no time to it
-            name: {key: round(getattr(row, key), 4) for key in HEADLINE_METRICS if getattr(row, key) is not None}
+            name: {key: round(value, 4) for key, value in headline_metrics(row).items()}
             for name, row in comparison.runs.items()
         })
         curves = [{"run": name, **row, "epoch": int(row["epoch"]), "training_seconds": round(seconds, 4)}
@@ -73,17 +69,17 @@ def _track_comparison(config: Config, comparison: Comparison, files: list[Path],
     """
     experiment_id = experiment.configure(config.mlflow)
     rows = comparison.rows
-    ranked = sorted(rows, key=lambda row: (row.test_accuracy, row.samples_per_second), reverse=True)
+    ranked = sorted(rows, key=lambda row: (row.test_accuracy, row.report.steady_samples_per_second), reverse=True)
     links = [
-        f"- [{row.run_label}](#/experiments/{experiment_id}/runs/{row.mlflow_run_id}): "
+        f"- [{row.report.run_label}](#/experiments/{experiment_id}/runs/{row.report.mlflow_run_id}): "
         f"{row.speedup:.2f}x, test accuracy {row.test_accuracy:.4f}"
-        for row in rows if row.mlflow_run_id
+        for row in rows if row.report.mlflow_run_id
     ]
     execution = runs.execution_id(config)
     with runs.reopen(runs.execution_run(config)):
         runs.set_tags({
             "compared": ",".join(comparison.runs), "cpu_count": comparison.cpu_count,
-            "fastest": max(rows, key=lambda row: row.samples_per_second).name, "best": ranked[0].name,
+            "fastest": max(rows, key=lambda row: row.report.steady_samples_per_second).name, "best": ranked[0].name,
             "mlflow.note.content": "\n".join([comparison.verdict, "", "Runs compared:", *links]),
         })
         runs.log_metrics({
@@ -93,11 +89,11 @@ def _track_comparison(config: Config, comparison: Comparison, files: list[Path],
         })
         runs.log_artifacts(files)
         runs.log_artifacts(figures, "figures")
-    for row in rows:  # each run's own time to accuracy, beside its curves (none where it never got there)
-        if row.mlflow_run_id:
-            runs.log_metrics({name: getattr(row, key) for key, name in RUN_METRICS.items() if getattr(row, key) is not None},
-                             run_id=row.mlflow_run_id)
+    for row in rows:  # what the comparison measured of each run (its time to accuracy), beside its curves
+        if row.report.mlflow_run_id:
+            runs.log_metrics(mlflow_metrics(row, nested=False), run_id=row.report.mlflow_run_id)
     if config.mlflow.register_models:
-        models.set_champion(config.mlflow.registered_model, [row.mlflow_run_id for row in ranked if row.mlflow_run_id])
+        models.set_champion(config.mlflow.registered_model,
+                            [row.report.mlflow_run_id for row in ranked if row.report.mlflow_run_id])
     log.info("MLflow: this execution's training runs are at <UI>/%s (make ui prints the full address)",
              addresses.runs_page(experiment_id, execution))

@@ -16,6 +16,7 @@ import numpy as np
 
 from tfdist.config import Config
 from tfdist.data.prepared import CLASSES, Digits, load_split
+from tfdist.measures import mlflow_metrics
 from tfdist.reports import EvalReport, TrainReport, from_dict, read_report
 from tfdist.tracking import experiment, models, runs
 
@@ -49,11 +50,11 @@ def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir
     results = []
     for name in names:
         metrics, predicted = evaluate_model(models.load_model(models_dir / name), test)
+        report = from_dict(EvalReport, {"name": name, **metrics}, name)
         if run_ids[name]:
-            runs.log_metrics({"test_loss": metrics["loss"], "test_accuracy": metrics["accuracy"]},
-                                 run_id=run_ids[name])
-        log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, metrics["accuracy"], metrics["loss"], len(test))
-        results.append(Evaluation(from_dict(EvalReport, {"name": name, **metrics}, name), test.y, predicted))
+            runs.log_metrics(mlflow_metrics(report), run_id=run_ids[name])
+        log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, report.accuracy, report.loss, len(test))
+        results.append(Evaluation(report, test.y, predicted))
     return results
 
 

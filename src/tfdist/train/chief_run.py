@@ -19,6 +19,7 @@ from tfdist import atomic
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data.prepared import load_split, splits_digest
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
+from tfdist.measures import mlflow_metrics
 from tfdist.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, run_label, write_history, write_report
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import onednn_in_use
@@ -132,12 +133,12 @@ class ChiefRun(TaskRun):
                     patience.restart_clock()
                     costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
                     digest = self.save(result, outputs.stage(self.paths.model), patience)
-                    runs.log_metrics({**summary_metrics(result), "cpu_percent": cpu.percent, **cost_metrics(costs)},
-                                         patience=patience)
+                    report = self.report(result, digest, run_id, support, cpu.percent, costs)
+                    runs.log_metrics(mlflow_metrics(report), patience=patience)
                     outbox.flush()
                 finally:
                     outbox.close()
-                trained = TrainOutputs(self.report(result, digest, run_id, support, cpu.percent, costs), result.history)
+                trained = TrainOutputs(report, result.history)
                 if self.paths.reports is not None:
                     write_history(self.paths.reports / "history" / f"{self.name}.csv", trained.history, outputs=outputs)
                     write_report(self.paths.reports / f"{self.name}.json", trained.report, outputs=outputs)
@@ -219,7 +220,7 @@ class ChiefRun(TaskRun):
 
     def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,
                cpu_percent: float, costs: Costs) -> TrainReport:
-        """The typed train report, with the hardware where training ran."""
+        """The typed train report: what the strategy resolved to, the knobs, what the fit and the step measured."""
         info, train = self.info, self.config.train
         return TrainReport(
             name=self.name, strategy=info.name, paradigm=self.spec.paradigm, strategy_class=info.strategy_class,
@@ -228,48 +229,13 @@ class ChiefRun(TaskRun):
             precision_can_be_faster=support.can_be_faster,
             precision_support={p: PrecisionSupport(found.can_be_faster, found.reason)
                                for p, found in ((p, hardware_support(p)) for p in MIXED_PRECISIONS)},
-            run_label=self.title, clip_method=train.clip.method, clip_value=train.clip.value,
-            global_batch_size=result.global_batch_size, lr_scaling=train.lr_scaling,
-            base_learning_rate=train.learning_rate, learning_rate=result.learning_rate,
-            warmup_steps=result.warmup_steps, epochs=len(result.history), resumed_at_epoch=result.resumed_at_epoch,
-            steps_per_epoch=result.steps_per_epoch, traces=dict(result.traces), train_seconds=result.train_seconds,
-            samples_per_second=result.samples_per_second, steady_epoch_seconds=result.steady_epoch_seconds,
-            first_epoch_overhead_seconds=result.first_epoch_overhead_seconds,
-            steady_samples_per_second=result.steady_samples_per_second, startup_seconds=result.startup_seconds,
-            cpu_percent=cpu_percent, **asdict(costs), **result.final(), weights_sha256=digest, mlflow_run_id=run_id,
-            tensorflow=tf.__version__,
-            hardware=detect_hardware(self.task.hosts if self.task else None), collectives=result.collectives,
+            run_label=self.title, clip_method=train.clip.method, clip_value=train.clip.value, lr_scaling=train.lr_scaling,
+            base_learning_rate=train.learning_rate, **result.measured(), cpu_percent=cpu_percent, **asdict(costs),
+            weights_sha256=digest, mlflow_run_id=run_id, tensorflow=tf.__version__,
+            hardware=detect_hardware(self.task.hosts if self.task else None),
             threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
                                    tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
         )
-
-
-
-def cost_metrics(costs: Costs) -> dict[str, float]:
-    """A step's costs as MLflow metrics (the bubble only where the model is split)."""
-    metrics = {"bytes_per_step": costs.bytes_per_step, "max_params_per_device": max(costs.params_per_device)}
-    if costs.bubble is not None:
-        metrics.update(bubble=costs.bubble, bubble_theory=costs.bubble_theory)
-    return metrics
-
-
-def summary_metrics(result: TrainResult) -> dict[str, float]:
-    """The run's step-less MLflow metrics: time, throughput, steady state, traces."""
-    return {
-        "train_seconds": result.train_seconds,
-        "samples_per_second": result.samples_per_second,
-        "global_batch_size": result.global_batch_size,
-        "effective_learning_rate": result.learning_rate,
-        "warmup_steps": result.warmup_steps,
-        "resumed_at_epoch": result.resumed_at_epoch,
-        "steady_epoch_seconds": result.steady_epoch_seconds,
-        "first_epoch_overhead_seconds": result.first_epoch_overhead_seconds,
-        "steady_samples_per_second": result.steady_samples_per_second,
-        **({"startup_seconds": result.startup_seconds} if result.startup_seconds is not None else {}),
-        **({"allreduce_latency_ms": 1e3 * result.collectives.latency_seconds,
-            "allreduce_ns_per_byte": 1e9 * result.collectives.seconds_per_byte} if result.collectives else {}),
-        **{f"{kind}_function_traces": count for kind, count in result.traces.items()},
-    }
 
 
 def detect_hardware(cluster_hosts: list[str] | None) -> Hardware:

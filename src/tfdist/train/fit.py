@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,11 @@ class TrainResult:
         """The last epoch's loss/accuracy and val_loss/val_accuracy."""
         last = self.history[-1]
         return {key: last[key] for key in ("loss", "accuracy", "val_loss", "val_accuracy")}
+
+    def measured(self) -> dict[str, Any]:
+        """What the fit measured, under the train report's field names (:class:`tfdist.reports.TrainReport`)."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "history")}
+        return {**own, "epochs": len(self.history), **self.final()}
 
 
 def effective_learning_rate(config: TrainConfig, global_batch_size: int) -> float:

@@ -22,10 +22,10 @@ from typing import Any
 import yaml
 
 from tfdist.errors import InputError
+from tfdist.model_kinds import DEFAULT_KIND, KINDS
 
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
-MODEL_KINDS = ("mlp", "cnn", "builder")
 #: ``model.builder``: an importable module path, a colon, a function name.
 _BUILDER = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -100,30 +100,28 @@ class ModelConfig:
     """What is trained (:mod:`tfdist.train.architectures`).
 
     Attributes:
-        kind: ``mlp``, the seed MLP: 784 -> Dense(relu) x N -> Dropout -> Dense(10, softmax);
-            ``cnn``, Keras's "Simple MNIST convnet": Conv2D(32, 3) -> MaxPool -> Conv2D(64, 3)
-            -> MaxPool -> Flatten -> Dropout -> Dense(10, softmax);
-            ``builder``, the user's own model from ``builder``.
+        kind: a kind of model (:data:`tfdist.model_kinds.KINDS`: the seed MLP, a convnet, the user's own).
         hidden_units: width of each hidden Dense layer (mlp).
         dropout: dropout rate before the output layer (mlp, cnn).
-        builder: ``package.module:function`` (kind builder): called with the input shape
+        builder: ``package.module:function`` (the user's own kind): called with the input shape
             (28, 28, 1) and the number of classes (10), it returns an uncompiled Keras model
             whose output is the 10 class probabilities.
     """
 
-    kind: str = _knob("mlp", decides=_TRAIN, choices=MODEL_KINDS)
+    kind: str = _knob(DEFAULT_KIND, decides=_TRAIN, choices=KINDS)  # the registry itself: a kind added is a choice
     hidden_units: list[int] = _knob([128], decides=_TRAIN, item_ge=1, min_len=1)
     dropout: float = _knob(0.2, decides=_TRAIN, ge=0.0, lt=1.0)
     builder: str = _knob("", decides=_TRAIN, empty=True)
 
     def __post_init__(self) -> None:
-        if self.kind == "builder" and not _BUILDER.fullmatch(self.builder):
+        takes_builder = [name for name, kind in KINDS.items() if kind.takes_builder]
+        if self.kind in takes_builder and not _BUILDER.fullmatch(self.builder):
             raise ConfigError(
-                f"model.kind builder needs model.builder as package.module:function, e.g. user_models.lenet:build; "
+                f"model.kind {self.kind} needs model.builder as package.module:function, e.g. user_models.lenet:build; "
                 f"got {self.builder!r}")
-        if self.builder and self.kind != "builder":
-            raise ConfigError(f"model.builder {self.builder!r} is used only with model.kind: builder (model.kind is "
-                              f"{self.kind}); set model.kind: builder, or model.builder: ''")
+        if self.builder and self.kind not in takes_builder:
+            raise ConfigError(f"model.builder {self.builder!r} is used only with model.kind: {' or '.join(takes_builder)} "
+                              f"(model.kind is {self.kind}); set model.kind: {takes_builder[0]}, or model.builder: ''")
 
 
 @dataclass(frozen=True)

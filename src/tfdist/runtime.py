@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import StrategyError
 from tfdist.hardware import usable_cpus
+from tfdist.model_kinds import model_kind as model_kind_of
 
 if TYPE_CHECKING:
     from tfdist.config import Config
@@ -90,16 +91,16 @@ def configure_cpu_devices(count: int) -> list[str]:
 def intra_op_threads(intra_op: int | str, model_kind: str, replicas: int) -> int:
     """The threads one op may use in a training process: ``runtime.intra_op_threads`` as set, ``auto`` resolved.
 
-    ``auto`` (``runtime.intra_op_threads``) is 1 for the seed MLP, whose ops are
-    too small to split across cores; for any other model, the CPUs this process
-    may use shared among its ``replicas``, as a convnet's convolutions split
+    ``auto`` (``runtime.intra_op_threads``) is what the kind's record says: 1
+    for a model whose ops are too small to split across cores, else the CPUs
+    this process may use shared among its ``replicas``, as convolutions split
     well (docs/performance.md, "Fair baselines: threads per op"). So normal
     training gets every core a distributed run on the same machine uses, and a
     pinned task of one core gets 1.
     """
     if intra_op != "auto":
         return int(intra_op)
-    return 1 if model_kind == "mlp" else max(1, len(usable_cpus()) // max(1, replicas))
+    return 1 if model_kind_of(model_kind).threads_per_op == "one" else max(1, len(usable_cpus()) // max(1, replicas))
 
 
 def op_threads(config: Config, replicas: int = 1) -> tuple[int, int]:
@@ -116,16 +117,14 @@ ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 def onednn_enabled(setting: str, model_kind: str) -> bool | None:
     """Whether ``runtime.onednn`` turns oneDNN on for ``model_kind``; None leaves it to TensorFlow (``tensorflow``).
 
-    ``auto`` turns it on for any model but the seed MLP: on a CPU without
-    AVX-512, where TensorFlow leaves it off, it made the convnet's step 1.4-1.5x
-    faster, and 2.3-2.6x under a strategy of one replica, and changed the MLP's
-    within noise; off, the MLP's results stay those of earlier runs (oneDNN
-    rounds differently). docs/performance.md, "oneDNN".
+    ``auto`` follows the kind's record: on for the kinds oneDNN speeds up (a
+    convnet's convolutions), off for the seed MLP, whose results then stay those
+    of earlier runs (oneDNN rounds differently). docs/performance.md, "oneDNN".
     """
     if setting == "tensorflow":
         return None
     if setting == "auto":
-        return model_kind != "mlp"
+        return model_kind_of(model_kind).onednn
     return setting == "enabled"
 
 

@@ -1,11 +1,11 @@
-"""What a model is made of, by ``model.kind``: a stack of layers from the 784 pixels to the 10 class probabilities.
+"""What a model is made of: for each kind (:mod:`tfdist.model_kinds`), its layers from the 784 pixels to the 10
+class probabilities, in the function its record names.
 
-* ``mlp``, the seed: Dense(relu) per ``model.hidden_units``, Dropout, Dense(10, softmax).
-* ``cnn``, Keras's "Simple MNIST convnet" (keras.io/examples/vision/mnist_convnet):
+* :func:`mlp_layers`, the seed: Dense(relu) per ``model.hidden_units``, Dropout, Dense(10, softmax).
+* :func:`cnn_layers`, Keras's "Simple MNIST convnet" (keras.io/examples/vision/mnist_convnet):
   the pixels as a 28x28 image, Conv2D(32, 3, relu), MaxPool(2), Conv2D(64, 3, relu),
-  MaxPool(2), Flatten, Dropout, Dense(10, softmax): about 35k parameters and
-  2.4 M multiply-adds a digit, some 70x the seed's compute per byte of gradient.
-* ``builder``, the user's own: ``model.builder`` names ``package.module:function``,
+  MaxPool(2), Flatten, Dropout, Dense(10, softmax).
+* :func:`user_layers`, the user's own: ``model.builder`` names ``package.module:function``,
   called as ``function((28, 28, 1), 10)``; it returns an uncompiled Keras model whose
   output is the 10 class probabilities. A Sequential is taken layer by layer (so model
   and pipeline parallelism can split it); any other model is one layer.
@@ -29,6 +29,7 @@ import numpy as np
 from tfdist.config import ModelConfig
 from tfdist.data.prepared import CLASSES, PIXELS
 from tfdist.errors import InputError
+from tfdist.model_kinds import model_kind
 from tfdist.tf_imports import keras
 from tfdist.workspace import workspace_root
 
@@ -38,21 +39,28 @@ IMAGE = (28, 28, 1)
 
 def layer_stack(config: ModelConfig) -> list[keras.layers.Layer]:
     """Fresh, unbuilt layers of ``config.kind`` from the flat pixels to the float32 class probabilities."""
-    if config.kind == "cnn":
-        return [
-            keras.layers.Reshape(IMAGE, name="image"),
-            keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
-            keras.layers.MaxPooling2D(pool_size=(2, 2)),
-            keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
-            keras.layers.MaxPooling2D(pool_size=(2, 2)),
-            keras.layers.Flatten(),
-            keras.layers.Dropout(config.dropout),
-            _probabilities(),
-        ]
-    if config.kind == "builder":
-        return _user_stack(config.builder)
+    build: Callable[[ModelConfig], list[keras.layers.Layer]] = globals()[model_kind(config.kind).layers]
+    return build(config)
+
+
+def mlp_layers(config: ModelConfig) -> list[keras.layers.Layer]:
+    """The seed MLP's layers."""
     return [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units),
             keras.layers.Dropout(config.dropout), _probabilities()]
+
+
+def cnn_layers(config: ModelConfig) -> list[keras.layers.Layer]:
+    """Keras's Simple MNIST convnet's layers."""
+    return [
+        keras.layers.Reshape(IMAGE, name="image"),
+        keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Flatten(),
+        keras.layers.Dropout(config.dropout),
+        _probabilities(),
+    ]
 
 
 def _probabilities() -> keras.layers.Layer:
@@ -94,9 +102,9 @@ def resolve_builder(builder: str) -> Callable[..., Any]:
     return function
 
 
-def _user_stack(builder: str) -> list[keras.layers.Layer]:
+def user_layers(config: ModelConfig) -> list[keras.layers.Layer]:
     """The user's model after the pixels' reshape: its layers (a Sequential's, cloned fresh) or itself as one layer."""
-    model = _call_builder(builder)
+    model = _call_builder(config.builder)
     image = keras.layers.Reshape(IMAGE, name="image")
     if isinstance(model, keras.Sequential):
         layers = [layer.__class__.from_config(layer.get_config()) for layer in model.layers]

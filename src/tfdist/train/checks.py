@@ -12,6 +12,7 @@ from tfdist.config import Config, ModelConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterError, ClusterTask
 from tfdist.distribute.registry import REGISTRY, StrategySpec
 from tfdist.errors import StrategyError
+from tfdist.model_kinds import model_kind
 
 
 def check_config(spec: StrategySpec, config: Config) -> None:
@@ -47,21 +48,19 @@ def check_config(spec: StrategySpec, config: Config) -> None:
 
 
 def layers_with_weights(model: ModelConfig) -> int | None:
-    """The layers with weights of a built-in kind (:mod:`tfdist.train.architectures`), known before TensorFlow starts.
+    """The layers with weights of ``model.kind`` (its record), known before TensorFlow starts.
 
     None for a builder's model: known once built (:func:`tfdist.train.models.build_model` checks it then).
     """
-    return {"mlp": len(model.hidden_units) + 1, "cnn": 3}.get(model.kind)
+    return model_kind(model.kind).weighted_layers(model)
 
 
 def too_few_layers(model: ModelConfig, devices: int, layers: int) -> StrategyError:
     """The one line for a layer split over more devices than the model has layers with weights."""
-    what = {"mlp": f"model.hidden_units {model.hidden_units} and the output", "cnn": "two convolutions and the output"}
+    kind = model_kind(model.kind)
     return StrategyError(
-        f"distributed.devices {devices} > the {layers} layer(s) with weights of the model "
-        f"({what.get(model.kind, f'model.builder {model.builder}: a Sequential is its layers, any other model one')}): "
-        "model and pipeline parallelism put whole layers on devices; lower distributed.devices"
-        + (" or add hidden layers" if model.kind == "mlp" else ""))
+        f"distributed.devices {devices} > the {layers} layer(s) with weights of the model ({kind.weighted_words(model)}): "
+        f"model and pipeline parallelism put whole layers on devices; lower distributed.devices{kind.split_hint}")
 
 
 def check_precision(spec: StrategySpec, precision: str) -> None:

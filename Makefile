@@ -85,8 +85,11 @@ test: install browser-deps postgres slurm ## Run the whole test suite, slow end-
 test-fast: install ## Run the tests but the slow end-to-end ones
 	python -m pytest $(ON_BOTH_CORES) -m "not slow"
 
-lint: install ## Check style with ruff, and that uv.lock matches pyproject.toml
+# mypy, not pyright: it runs from the Python index alone (pyright needs Node.js and downloads its own), and reads
+# pyproject.toml, where TensorFlow's, tf_keras's and MLflow's untyped parts are declared Any in one place.
+lint: install ## Check style with ruff, types with mypy (src, stages), and that uv.lock matches pyproject.toml
 	ruff check src stages tests benchmarks vega
+	mypy
 	$(UV) lock --check
 
 lock: ## Update uv.lock to the newest versions pyproject.toml allows, then reinstall (commit uv.lock)

@@ -247,10 +247,9 @@ class RuntimeConfig:
         onednn: TensorFlow's oneDNN kernels and graph rewrites (``TF_ENABLE_ONEDNN_OPTS``):
             ``enabled``, ``disabled``, ``tensorflow`` (the variable as the environment sets it,
             else TensorFlow's own default, which is off on x86 CPUs without AVX-512), or
-            ``auto``: enabled for any model but the seed MLP, whose step it changed within noise
-            (so the MLP's numbers stay comparable with earlier runs'), while the convnet's step took
-            0.65x the time, and under a strategy 0.4x (docs/performance.md, "oneDNN";
-            :func:`tfdist.runtime.onednn_enabled`).
+            ``auto``: as the model kind's record says (:mod:`tfdist.model_kinds`): on for the
+            convnet and a user's model, off for the seed MLP, whose numbers then stay comparable
+            across runs (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
     """
 
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)
@@ -404,7 +403,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         if name not in raw:
             continue
         kind = hints[name]
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             values[name] = _build(kind, raw[name], f"{prefix}{name}.")
         else:
             values[name] = _check(f"{prefix}{name}", raw[name], kind, spec.metadata)

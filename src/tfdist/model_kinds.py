@@ -20,8 +20,11 @@ from tfdist.errors import InputError
 class ModelKnobs(Protocol):
     """The ``model:`` knobs a record reads (:class:`tfdist.config.ModelConfig`)."""
 
-    hidden_units: list[int]
-    builder: str
+    @property
+    def hidden_units(self) -> list[int]: ...
+
+    @property
+    def builder(self) -> str: ...
 
 
 @dataclass(frozen=True)

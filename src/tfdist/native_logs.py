@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 #: Set to 1 to see TensorFlow's native log lines again.
 SHOW_ENV = "TFDIST_TF_LOGS"
@@ -47,7 +47,7 @@ _ABORT_CONTINUATION = (b"RPC: /tensorflow.", b"/job:", b"The tasks have crashed"
                        b"The following tasks are unhealthy", b":UNKNOWN:Error received from peer",
                        b"This could happen if the remote target has been disconnected")
 
-_state: dict[str, object] = {}
+_state: dict[str, Any] = {}
 
 
 def is_chatter(line: bytes, has_nvidia_driver: bool) -> bool:

@@ -251,7 +251,7 @@ def read_report(path: Path | str, kind: type[T]) -> T:
     return from_dict(kind, data, str(path))
 
 
-def from_dict(kind: type[T], data: Any, source: str) -> T:
+def from_dict(kind: Any, data: Any, source: str) -> Any:
     """Build dataclass ``kind`` from JSON data, checking every field (see :func:`read_report`)."""
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object for {kind.__name__}; rerun the stage that writes it")
@@ -259,8 +259,8 @@ def from_dict(kind: type[T], data: Any, source: str) -> T:
     unknown = sorted(set(data) - set(fields))
     missing = [name for name, f in fields.items() if name not in data and _required(f)]
     if unknown or missing:
-        problem = "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
-                                          unknown and f"unknown {', '.join(unknown)}"]))
+        problem = "; ".join([*([f"missing {', '.join(missing)}"] if missing else []),
+                             *([f"unknown {', '.join(unknown)}"] if unknown else [])])
         raise InputError(f"{source}: not a {kind.__name__} ({problem}); rerun the stage that writes it (dvc repro)")
     hints = typing.get_type_hints(kind)
     values = {name: _value(hints[name], data[name], f"{source}: {name}") for name in fields if name in data}

@@ -65,7 +65,7 @@ def _quiet_about_lost_peers(task: ClusterTask, heartbeat_timeout: float,
     """An unraisable-exception hook that drops what a lost peer raises and passes the rest on."""
 
     def hook(unraisable: sys.UnraisableHookArgs) -> None:
-        if _lost_peer(unraisable.exc_value, task, heartbeat_timeout) is None:
+        if unraisable.exc_value is None or _lost_peer(unraisable.exc_value, task, heartbeat_timeout) is None:
             before(unraisable)
 
     return hook

@@ -172,6 +172,7 @@ class ProcessGroup:
         exits 1 with the message.
         """
         main = threading.main_thread().ident
+        assert main is not None, "the main thread has started"
 
         def run() -> None:
             while not self._stop_watching.wait(interval):

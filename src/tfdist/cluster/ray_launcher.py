@@ -9,8 +9,8 @@ that task, in cluster mode, and streams its lines back. So waiting for peers,
 heartbeats, the lost-peer messages, the chief's MLflow run and its outputs are
 exactly those of a hand-made cluster, and parameter_server's chief, workers and
 ps run on Ray as well as multi_worker_mirrored's workers: a TF_CONFIG of our own
-has every role (Ray Train's TensorflowTrainer, used here before, writes workers
-only, and its controller, storage and teardown cost ~34 s a stage).
+has every role (Ray Train's TensorflowTrainer writes workers only; what each
+costs a stage is in docs/cluster.md).
 
 A failed attempt (a task exits non-zero, or its actor dies with its node)
 stops every task and asks Ray for places again, up to
@@ -207,7 +207,7 @@ class _TaskHost:
                                        preexec_fn=die_with_parent())
             yield (f"INFO tfdist.cluster.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()} "
                    f"on node {self.node}\n")
-            for line in process.stdout:  # the prefix says whose, as under the local launcher
+            for line in process.stdout or ():  # the prefix says whose, as under the local launcher
                 yield f"[{name}] {line}"
             yield process.wait()
 

@@ -31,7 +31,7 @@ def split_raw(raw: RawDigits, config: DataConfig, seed: int) -> PreparedData:
     """Normalise raw digits and carve out test (if the source has none) and validation."""
     rng = np.random.default_rng(seed)
     x, y = normalize(raw.x_train, raw.y_train, raw.source)
-    if raw.x_test is None:
+    if raw.x_test is None or raw.y_test is None:
         rest, test_idx = stratified_split(y, config.test_split, rng)
         test = Digits(x[test_idx], y[test_idx])
         x, y = x[rest], y[rest]

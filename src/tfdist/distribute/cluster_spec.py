@@ -89,7 +89,7 @@ def parse_tf_config(text: str, source: str = TF_CONFIG) -> ClusterTask:
     if not isinstance(task, dict):
         raise ClusterError(f"{source}: 'task' must be an object like {{\"type\": \"worker\", \"index\": 0}}, got {task!r}")
     task_type, index = task.get("type"), task.get("index", 0)
-    if task_type not in cluster:
+    if not isinstance(task_type, str) or task_type not in cluster:
         raise ClusterError(f"{source}: task.type {task_type!r} is not a job of the cluster ({', '.join(cluster)})")
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(cluster[task_type]):
         raise ClusterError(

@@ -6,6 +6,7 @@ TensorFlow is imported only by the functions that save or load a model.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 from collections.abc import Mapping
@@ -63,8 +64,8 @@ def save_model(
     if register_as and version is not None:
         client = mlflow.MlflowClient()
         for key, value in (version_tags or {}).items():
-            patience.call(lambda key=key, value=value: client.set_model_version_tag(
-                register_as, str(version), key, str(value)), "the model version's tags")
+            patience.call(functools.partial(client.set_model_version_tag, register_as, str(version), key, str(value)),
+                          "the model version's tags")
         log.info("registered the model as %s version %s", register_as, version)
     return None if version is None else str(version)
 

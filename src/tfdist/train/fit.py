@@ -152,7 +152,7 @@ def train_model(
                                   "training resumes from the last epoch backed up") from None
     seconds = time.perf_counter() - started
     history = _epochs(fit.history, fit.epoch)
-    resumed_at = history[0]["epoch"] - 1 if history else config.train.epochs
+    resumed_at = int(history[0]["epoch"]) - 1 if history else config.train.epochs
     restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
     return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds)
@@ -284,7 +284,7 @@ def build_compiled(config: Config, strategy: tf.distribute.Strategy, plan: FitPl
 def _epochs(history: dict[str, list[float]], epochs: list[int]) -> list[dict[str, float]]:
     rows = []
     for i, epoch in enumerate(epochs):
-        row = {"epoch": epoch + 1}
+        row: dict[str, float] = {"epoch": epoch + 1}
         row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] + CUSTOM_LOOP_COLUMNS if key in history})
         rows.append(row)
     return rows

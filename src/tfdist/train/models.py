@@ -11,7 +11,7 @@ policy the softmax and the loss stay accurate.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfdist.config import ClipConfig, ModelConfig, TrainConfig
@@ -25,8 +25,8 @@ from tfdist.train.precision import policy
 
 #: Each optimizer twice: tf_keras's original ("legacy") one, whose update is one fused
 #: kernel per variable (``ResourceApplyAdam``...), and the newer one, a dozen small ops per
-#: variable. At batch 25 a step is bound by per-op overhead, so the fused one trains about
-#: 20 % more samples/s (docs/performance.md) and is used, with the same algorithm and
+#: variable. At small batches a step is bound by per-op overhead, so the fused one trains
+#: faster (docs/performance.md) and is used, with the same algorithm and
 #: arguments, unless gradients are clipped: the original optimizers refuse clipping under
 #: CentralStorage and ParameterServer, the newer ones clip under every strategy.
 _OPTIMIZERS = {
@@ -48,6 +48,7 @@ class ReadsMetricsOncePerExecution(keras.Model):
     """
 
     _reads_metrics = True
+    train_function: Any  # Keras's, until make_train_function sets it
 
     def make_train_function(self, force: bool = False) -> Any:
         if (self.train_function is not None and not force) or not runs_steps_in_one_function(self):
@@ -247,21 +248,38 @@ class PipelineClassifier(DigitClassifier):
         x, y = data
         scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
         variables = self.trainable_variables
-        accumulated: list[tf.Tensor] | None = None
-        predictions = []
-        for piece_x, piece_y in zip(tf.split(x, self.micro_batches), tf.split(y, self.micro_batches), strict=True):
-            with tf.GradientTape() as tape:
-                piece = self(piece_x, training=True)
-                # The mean over a micro-batch over M: the pieces add up to the batch's mean loss.
-                loss = self.compute_loss(piece_x, piece_y, piece) / self.micro_batches
-                scaled_loss = self.optimizer.get_scaled_loss(loss) if scaling else loss
-            gradients = tape.gradient(scaled_loss, variables)
-            accumulated = gradients if accumulated is None else [a + g for a, g in zip(accumulated, gradients, strict=True)]
-            predictions.append(piece)
+
+        def piece_loss(piece_x: tf.Tensor, piece_y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            piece = self(piece_x, training=True)
+            loss = self.compute_loss(piece_x, piece_y, piece) / self.micro_batches
+            return (self.optimizer.get_scaled_loss(loss) if scaling else loss), piece
+
+        accumulated, predictions = accumulate_micro_batches(piece_loss, x, y, self.micro_batches, variables)
         if scaling:
             accumulated = self.optimizer.get_unscaled_gradients(accumulated)
         self.apply_and_measure(accumulated, variables)
         return self.compute_metrics(x, y, tf.concat(predictions, axis=0), sample_weight=None)
+
+
+def accumulate_micro_batches(piece_loss: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, Any]], x: tf.Tensor,
+                             y: tf.Tensor, micro_batches: int, variables: list[tf.Variable]) -> tuple[list[Any], list[Any]]:
+    """GPipe's step: the batch cut into ``micro_batches``, each one's gradients of ``piece_loss`` added up.
+
+    ``piece_loss(x_piece, y_piece)`` gives a micro-batch's loss (its mean over
+    ``micro_batches``, so the pieces add up to the batch's mean) and its outputs.
+
+    Returns:
+        The summed gradients of ``variables``, and each micro-batch's outputs in order.
+    """
+    accumulated: list[Any] = []
+    outputs = []
+    for piece_x, piece_y in zip(tf.split(x, micro_batches), tf.split(y, micro_batches), strict=True):
+        with tf.GradientTape() as tape:
+            loss, output = piece_loss(piece_x, piece_y)
+        gradients = tape.gradient(loss, variables)
+        accumulated = [a + g for a, g in zip(accumulated, gradients, strict=True)] if accumulated else list(gradients)
+        outputs.append(output)
+    return accumulated, outputs
 
 
 def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, **options: Any) -> None:

@@ -63,7 +63,8 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
         if config.distributed.launcher == "ray":
             from tfdist.cluster.ray_launcher import launch_ray
 
-            return launch_ray(spec, config.distributed, launch, on_stop=stop)
+            launch_ray(spec, config.distributed, launch, on_stop=stop)
+            return None
         return launcher.launch_local(
             spec, config.distributed, launch,
             coordinate=lambda chief: _coordinate(config, spec, name, paths, chief),
@@ -74,6 +75,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
         if task is not None:
             log.warning("%s is set but strategy %s runs in one process: ignoring it", cluster_spec.TF_CONFIG, spec.name)
         return _run(config, spec, name, paths, None)
+    assert task is not None  # a multi-process strategy without a task launched its cluster above
     check_cluster(task, spec)
     log.info("cluster mode: this process is %s of %s", task.name, launcher.describe_cluster(task.cluster))
     if spec.launcher_trains and task.task_type != "chief":

@@ -2,8 +2,8 @@
 
 Counted from the model's variables and the strategy's communication pattern
 (:attr:`tfdist.distribute.registry.StrategySpec.communication`), so the compare report
-can say what data, model and pipeline parallelism each pay, beside the
-times it measured:
+can say what data, model and pipeline parallelism each pay, beside their
+timings:
 
 - data parallelism keeps the whole model on every replica and moves
   gradients (and variables) every step;
@@ -17,6 +17,7 @@ times it measured:
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.placement import device_of
 from tfdist.distribute.registry import StrategySpec
 from tfdist.tf_imports import keras, tf
+from tfdist.train.models import accumulate_micro_batches
 
 #: Timed repetitions of each stage and of the whole pipelined step (after warm-up), median taken.
 _REPEATS = 30
@@ -93,11 +95,12 @@ def step_costs(config: Config, spec: StrategySpec, info: StrategyInfo, model: ke
 def _activation_bytes(config: Config, model: keras.Model, global_batch: int) -> int:
     """Activations forward and their gradients back, across every stage boundary, for one global batch."""
     itemsize = 2 if config.train.precision.startswith("mixed") else 4  # activations in the compute dtype
-    shape, crossing = (None, 784), 0
+    shape: Any = (None, 784)
+    crossing = 0
     for stage in _stage_layers(model)[:-1]:
         for layer in stage:
             shape = layer.compute_output_shape(shape)
-        crossing += int(np.prod([d for d in tuple(shape)[1:]]))
+        crossing += math.prod(int(d) for d in tuple(shape)[1:])
     return 2 * global_batch * crossing * itemsize
 
 
@@ -144,13 +147,10 @@ def measure_bubble(model: keras.Model, global_batch: int, micro_batches: int) ->
 
     @tf.function
     def pipelined_step(x: tf.Tensor, y: tf.Tensor) -> list[tf.Tensor]:
-        accumulated = None
-        for piece_x, piece_y in zip(tf.split(x, micro_batches), tf.split(y, micro_batches), strict=True):
-            with tf.GradientTape() as tape:
-                value = loss(piece_y, model(piece_x, training=True)) / micro_batches
-            gradients = tape.gradient(value, model.trainable_variables)
-            accumulated = gradients if accumulated is None else [a + g for a, g in zip(accumulated, gradients, strict=True)]
-        return accumulated
+        gradients, _ = accumulate_micro_batches(lambda piece_x, piece_y: (
+            loss(piece_y, model(piece_x, training=True)) / micro_batches, None), x, y, micro_batches,
+            model.trainable_variables)
+        return gradients
 
     step = max(1e-9, _median_seconds(pipelined_step, x, y) - overhead)
     return float(min(1.0, max(0.0, 1.0 - busy / (len(groups) * step))))

@@ -46,13 +46,16 @@ log = logging.getLogger(__name__)
 class TaskRun:
     """Train model ``name`` with strategy ``spec`` in this process, alone or as cluster task ``task``."""
 
+    #: Set by :meth:`start`.
+    strategy: tf.distribute.Strategy
+    info: StrategyInfo
+    #: Set by :meth:`load`.
+    train_split: Digits
+    val_split: Digits
+    backup: RunBackup
+
     def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None = None):
         self.config, self.spec, self.name, self.paths, self.task = config, spec, name, paths, task
-        self.strategy: tf.distribute.Strategy | None = None
-        self.info: StrategyInfo | None = None
-        self.train_split: Digits | None = None
-        self.val_split: Digits | None = None
-        self.backup: RunBackup | None = None
         self.stale: list[RunBackup] = []
         self.key = ""
 
@@ -111,7 +114,6 @@ class TaskRun:
         Raises:
             RunError: a peer of this cluster task was lost, named in one line (:mod:`tfdist.cluster.peer_loss`).
         """
-        assert self.strategy is not None and self.info is not None, "start() first"
         with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
             result = train_model(self.config, self.spec, self.strategy, self.info, train=self.train_split,
                                  val=self.val_split, callbacks=callbacks, backup=self.backup, record_backup=record_backup)
@@ -125,9 +127,11 @@ class TaskRun:
 
     def train(self) -> TrainOutputs | None:
         """A non-chief worker: train (the collectives need it), keep a record outside the stage outputs."""
+        assert self.task is not None, "only a cluster's tasks are not the chief"
         result = self.fit(record_backup=False)
         digest = weights_digest(result.model)
         root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
         path = Path(root) / self.name / f"{self.task.name}.json"
         atomic.write_json(path, {"task": self.task.name, "weights_sha256": digest, "history": result.history})
         log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)
+        return None

@@ -32,7 +32,7 @@ from tfdist_cli.contract import config_options, run_stage, stage_errors
               help="Where the run backs up every epoch, to resume after a crash (shared storage on a cluster).")
 def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str,
          data_dir: Path, models_dir: Path, reports_dir: Path, backups_dir: Path) -> None:
-    """Train the seed MLP with STRATEGY and write the model, a report and per-epoch history.
+    """Train the model of model.kind with STRATEGY and write the model, a report and per-epoch history.
 
     multi_worker_mirrored and parameter_server run as the task TF_CONFIG names
     when it is set (cluster mode), else start distributed.workers workers (and

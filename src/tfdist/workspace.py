@@ -23,9 +23,3 @@ def workspace_root(cwd: Path | None = None) -> Path:
         if folder.parent != folder and tuple(folder.parts[-3:]) == _EXPERIMENT_COPIES:
             return folder.parent.parent.parent
     return here
-
-
-def in_experiment_copy(cwd: Path | None = None) -> bool:
-    """Whether this process runs in one of DVC's experiment copies (queued or ``--temp``)."""
-    here = Path(os.getcwd() if cwd is None else cwd).absolute()
-    return workspace_root(here) != here

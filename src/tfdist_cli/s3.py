@@ -39,9 +39,9 @@ START_TIMEOUT = 60.0
 #: acknowledged is already in its files, so a short wait loses nothing: the volume server is
 #: killed either way, as it stops only after the filer.
 STOP_TIMEOUT = 3.0
-#: Raft's election timeout for the store's one master. SeaweedFS's 10 s default made every start
-#: on existing data wait 17-20 s for the master to elect itself; a master without peers has no
-#: one to split a vote with, and 1 s (over 3x its 0.3 s heartbeat) starts it again in 3-4 s.
+#: Raft's election timeout for the store's one master. A master without peers has no one to split
+#: a vote with, so it need not wait SeaweedFS's 10 s default to elect itself on a restart; 1 s is
+#: over 3x its 0.3 s heartbeat (docs/teams.md has the start times).
 MASTER_ELECTION_TIMEOUT = "1s"
 
 

@@ -2,11 +2,16 @@
 
 import pytest
 
-from tfdist.distribute.builders import BUILDERS, make_strategy
-from tfdist.distribute.registry import REGISTRY, StrategyError
+from tfdist.distribute.builders import BUILDERS, build_strategy
+from tfdist.distribute.registry import REGISTRY, StrategyError, get_spec
 from tfdist.runtime import configure_cpu_devices
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, cpu_only
+
+
+def make_strategy(name, devices=2, task=None, all_reduce="auto"):
+    """The strategy of record ``name``, as the train stage builds it."""
+    return build_strategy(get_spec(name), devices, task, all_reduce)
 
 
 def test_every_record_has_a_builder_for_its_tensorflow_api():

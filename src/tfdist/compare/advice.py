@@ -8,6 +8,8 @@ are named here so that a test can drive each branch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tfdist.compare.comparison import Advice, Network, Projection, RunRow
 from tfdist.config import MIXED_PRECISIONS
 from tfdist.distribute.registry import splits_layers
@@ -19,15 +21,14 @@ _NOISE = 0.10
 _ACCURACY_LOSS_POINTS = 1.0
 #: Machine counts the projection shows.
 PROJECTED_MACHINES = (2, 4, 8, 16)
-#: How far the projection was checked (docs/performance.md, section 10; benchmarks/emulated_machines.py).
-CHECKED = ("Checked on 2 and 4 emulated machines (a core or half a core and a network namespace each, the cables "
-           "shaped with tc; docs/performance.md, \"The projection to more machines, checked\"): on the medians of 3 runs "
-           "the projected step came within 11 % of the measured one for the seed MLP and a convnet, per-replica batch 25 "
-           "and 256, unshaped and at 1 Gbit/s, but for one step of almost all messages that it projected 17-20 % slow; "
-           "beyond 4 machines, and on a real network, it is unchecked.")
+#: How far the projection was checked: where, not one session's figures (the docs hold those, with their machine).
+CHECKED = ("The projection was checked against runs on 2 and 4 emulated machines (a core or half a core and a network "
+           "namespace each, the cables shaped with tc): docs/performance.md, \"The projection to more machines, "
+           "checked\", gives how close it came on the machine that ran them; beyond 4 machines, and on a real network, "
+           "it is unchecked.")
 
 
-def verdict(rows: list[RunRow], projections: list[Projection] = (), network: Network | None = None) -> str:
+def verdict(rows: list[RunRow], projections: Sequence[Projection] = (), network: Network | None = None) -> str:
     """One or two sentences, from the numbers, on whether distributing paid off and why; and where more machines would."""
     normal, others = rows[0], rows[1:]
     if not others:
@@ -49,7 +50,7 @@ def verdict(rows: list[RunRow], projections: list[Projection] = (), network: Net
     return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal), beyond) if part)
 
 
-def _across_machines(rows: list[RunRow], projections: list[Projection], network: Network) -> str:
+def _across_machines(rows: list[RunRow], projections: Sequence[Projection], network: Network) -> str:
     """Where the projection says distributing pays across machines: which run, how many, on which network, what it gains.
 
     The machine count named is the largest of :data:`PROJECTED_MACHINES` at which
@@ -86,8 +87,8 @@ def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
         return (f"But {best.name} never reached {target} in its {best.report.epochs} epochs, which normal training did "
                 f"in {normal.epochs_to_target} ({normal.seconds_to_target:.1f} s of training).")
     first = min((row for row in others if row.seconds_to_target is not None),
-                key=lambda row: row.seconds_to_target)
-    ratio = best.time_to_accuracy_speedup
+                key=lambda row: row.seconds_to_target or 0.0)
+    ratio = best.time_to_accuracy_speedup or 0.0  # both reached the target: a ratio
     paid, paid_to_target = best.speedup >= 1 + _NOISE, ratio >= 1 + _NOISE
     if paid == paid_to_target and first is best:
         return ""
@@ -181,7 +182,7 @@ def _kilobytes(count: int) -> str:
     return f"{count / 1024:,.0f} KiB" if count >= 1024 else f"{count} bytes"
 
 
-def _use_advice(rows: list[RunRow], projections: list[Projection] = (), network: Network | None = None) -> str:
+def _use_advice(rows: list[RunRow], projections: Sequence[Projection] = (), network: Network | None = None) -> str:
     others = rows[1:]
     if not others:
         return "Train without distribution: it is the only run. List strategies under distributed.strategies to compare."
@@ -256,6 +257,7 @@ def _precision_advice(rows: list[RunRow], support: dict[str, PrecisionSupport]) 
         return text + "The train report does not say what this machine's hardware supports; rerun the train stages."
     reasons = "; ".join(support[name].reason for name in MIXED_PRECISIONS if name in support)
     return text + (f"Mixed precision would not pay off on this machine: {reasons}. Without such a unit each 16-bit op "
-                   "is emulated, which costs more than it saves, many times over for a convnet (docs/performance.md "
-                   "§4). It pays on GPUs with tensor cores (float16 from compute capability 7.0, bfloat16 from 8.0), "
+                   "is emulated, which costs more than it saves, many times over for a convnet (docs/performance.md, "
+                   "\"Precision and loop\"). It pays on GPUs with tensor cores (float16 from compute capability 7.0, "
+                   "bfloat16 from 8.0), "
                    "on TPUs, and on CPUs with AVX512-BF16 or AMX.")

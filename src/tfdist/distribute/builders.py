@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tfdist.distribute.cluster_spec import ClusterTask
-from tfdist.distribute.registry import StrategySpec, get_spec
+from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import StrategyError
 from tfdist.runtime import configure_cpu_devices, tensorflow
 
@@ -96,17 +96,6 @@ def build_strategy(spec: StrategySpec, devices: int = 2, task: ClusterTask | Non
                         built.workers, built.ps, spec.synchronous)
     log.info("strategy %s: %d replica(s) on %s", spec.name, info.replicas, ", ".join(info.devices))
     return built.strategy, info
-
-
-def make_strategy(name: Any, devices: int = 2, task: ClusterTask | None = None,
-                  all_reduce: str = "auto") -> tuple[tf.distribute.Strategy, StrategyInfo]:
-    """Build the strategy called ``name`` (:func:`build_strategy` of its record), for scripts and tests.
-
-    Raises:
-        StrategyError: ``name`` is not a known strategy, or needs hardware or a
-            cluster that is absent.
-    """
-    return build_strategy(get_spec(name), devices, task, all_reduce)
 
 
 def _first_device() -> str:

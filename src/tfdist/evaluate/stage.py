@@ -1,8 +1,8 @@
 """The evaluate stage: test-set metrics and the confusion matrix of every trained model, onto each one's MLflow run.
 
-One process evaluates them all: an evaluation takes a fraction of a second,
-the process's TensorFlow and MLflow imports and store set-up several
-seconds (docs/performance.md, "Start-up"), so five stages paid them five times.
+One process evaluates them all: an evaluation is quick beside the process's
+TensorFlow and MLflow imports and store set-up, which a stage per model would
+pay once each (docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def make_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int, own_or
     steps together read ``global_batch_size`` distinct digits. (Given to
     ``tf.data`` as one dataset with ``AutoShardPolicy.DATA`` instead, every
     worker would build every global batch and keep its part: input work that
-    grew with the workers, docs/performance.md.) A worker's shard is at least
+    grows with the workers.) A worker's shard is at least
     ``len(digits) // n`` digits, so it holds the ``len(digits) // global_batch_size``
     steps of an epoch; ``fit`` counts them, the input never ends.
 

@@ -22,7 +22,7 @@ What is backed up:
   restored epochs again and the store keeps one copy of what it already has.
 
 This module keeps the folders and imports no TensorFlow, so a launcher can read
-a backup cheaply; the callbacks that fill them are in :mod:`tfdist.train.fit`.
+a backup cheaply; the callbacks that fill them are in :mod:`tfdist.train.resume_callbacks`.
 """
 
 from __future__ import annotations

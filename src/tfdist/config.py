@@ -535,15 +535,4 @@ def dotted_keys(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def to_flat_dict(config: Config) -> dict[str, Any]:
     """``{"train.epochs": 10, ...}``: every knob under its dotted key, for logging."""
-    flat: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        for f in dataclasses.fields(node):
-            value = getattr(node, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-            else:
-                flat[f"{prefix}{f.name}"] = value
-
-    walk(config, "")
-    return flat
+    return dotted_keys(dataclasses.asdict(config))

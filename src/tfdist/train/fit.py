@@ -104,7 +104,7 @@ def train_model(
     backup: RunBackup | None = None,
     record_backup: bool = True,
 ) -> TrainResult:
-    """Build, compile and ``fit`` the seed model under ``strategy``, the one ``spec`` records (``info``: what it resolved to).
+    """Build, compile and ``fit`` the model of ``model.kind`` under ``strategy`` (``spec``'s; ``info``: what it resolved to).
 
     ``train.batch_size`` is per replica, so the global batch grows with the
     replicas, as the keras-io distributed guide does. Under ParameterServer a
@@ -126,13 +126,9 @@ def train_model(
     keras.utils.set_random_seed(config.seed)
     model = build_compiled(config, strategy, plan)
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
-    resume, initial_epoch = (resume_callbacks(backup, spec.backup, model, record_backup)
-                             if backup else ([], 0))
-    train_input, val_input = plan.train_input(train, config.seed, strategy), plan.val_input(val)
-    if spec.multi_process or info.replicas > 1:  # destroying their iterators stalls the stage for seconds
-        train_input = inputs_kept_alive(strategy, train_input, coordinated=plan.asynchronous)
-        if plan.val_steps:  # an endless validation input (FitPlan.val_input)
-            val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
+    resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup) if backup else ([], 0)
+    train_input, val_input = plan.inputs(train, val, config.seed, strategy,
+                                         kept_alive=spec.multi_process or info.replicas > 1)
     started = time.perf_counter()
     try:
         fit = model.fit(
@@ -217,6 +213,16 @@ class FitPlan:
 
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
+
+    def inputs(self, train: Digits, val: Digits, seed: int, strategy: tf.distribute.Strategy, *,
+               kept_alive: bool) -> tuple[Any, Any]:
+        """The training and validation inputs; ``kept_alive`` where destroying their iterators would stall the stage."""
+        train_input, val_input = self.train_input(train, seed, strategy), self.val_input(val)
+        if kept_alive:
+            train_input = inputs_kept_alive(strategy, train_input, coordinated=self.asynchronous)
+            if self.val_steps:  # an endless validation input (val_input)
+                val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
+        return train_input, val_input
 
     def train_input(self, train: Digits, seed: int, strategy: tf.distribute.Strategy) -> Any:
         """An endless dataset, ``steps`` batches an epoch: on several synchronous workers a shard each

@@ -1,5 +1,8 @@
 """All-or-nothing outputs: a write that fails leaves the old file, not half a new one."""
 
+import subprocess
+import sys
+
 import pytest
 
 from tfdist import atomic
@@ -51,15 +54,18 @@ def test_check_writable_names_the_nearest_folder_and_creates_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_lock_held_elsewhere_is_waited_for_within_its_bound(tmp_path):
-    import fcntl
-
-    from tfdist.tracking.schema import lock_within
-
+def test_a_lock_held_by_another_process_is_waited_for_within_its_bound_and_freed_when_it_is_killed(tmp_path):
     path = tmp_path / "store.lock"
-    with open(path, "a") as holder, open(path, "a") as waiter:
-        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: a lock of its own, as another process's would be
-        with pytest.raises(TimeoutError, match="has held .*store.lock for 0 s"):
-            lock_within(waiter, 0.3)
-        fcntl.flock(holder, fcntl.LOCK_UN)
-        lock_within(waiter, 0.3)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from tfdist.atomic import exclusive_lock\n"
+        f"with exclusive_lock({str(path)!r}):\n    print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TimeoutError, match="has held .*store.lock for 0 s"), atomic.exclusive_lock(path, 0.3):
+            pass
+    finally:
+        holder.kill()  # SIGKILL: no finally of its own runs, the kernel releases the lock
+        holder.wait(timeout=30)
+    with atomic.exclusive_lock(path, 5.0):
+        pass

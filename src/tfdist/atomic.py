@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import filelock
+
 from tfdist.errors import DiskFull, InputError
 
 #: What a full disk says (a quota counts as one), and a folder that cannot be written.
@@ -97,6 +99,28 @@ def atomic_path(target: Path | str, size: int | None = None) -> Iterator[Path]:
     """
     with atomic_outputs() as outputs:
         yield outputs.stage(target, size)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path | str, timeout: float | None = None) -> Iterator[None]:
+    """An exclusive lock on the file ``path`` for the block, one process at a time machine-wide.
+
+    filelock's ``flock``: the kernel releases it when its holder dies, so a
+    killed stage never leaves a lock that blocks the next one.
+
+    Raises:
+        TimeoutError: another process held it for ``timeout`` seconds (None: wait as long as it takes).
+        OSError: the lock file cannot be created (its folder is missing or read-only).
+    """
+    lock = filelock.FileLock(path, timeout=-1 if timeout is None else timeout)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise TimeoutError(f"another process has held {path} for {timeout:.0f} s") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def check_writable(*paths: Path | str) -> None:

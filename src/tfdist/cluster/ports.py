@@ -2,7 +2,7 @@
 
 The kernel hands a probed port out again as soon as the probe closes, so two
 launches starting at once (``dvc queue start -j 2``) could be given the same
-port before either's tasks bind it. The book (a JSON file under flock, in the
+port before either's tasks bind it. The book (a JSON file under a lock, in the
 temp folder) records which ports each launcher process holds; a dead
 launcher's ports are free again.
 """
@@ -10,7 +10,6 @@ launcher's ports are free again.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -18,11 +17,12 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from tfdist.atomic import exclusive_lock
 from tfdist.errors import RunError
 
 LOOPBACK = "127.0.0.1"
 
-#: The ports live local launchers hold, machine-wide (JSON, under flock): TMPDIR moves it.
+#: The ports live local launchers hold, machine-wide (JSON, under the lock beside it): TMPDIR moves it.
 PORT_BOOK = "tfdist-ports.json"
 #: Probe sockets to try before giving up on finding unheld ports.
 _PORT_TRIES = 200
@@ -81,22 +81,18 @@ def release_ports(ports: Sequence[int]) -> None:
 def _port_book() -> Iterator[dict[str, int]]:
     """The port book as ``{port: launcher pid}``, read and written back under an exclusive lock."""
     path = Path(tempfile.gettempdir()) / PORT_BOOK
-    with open(path, "a+", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with exclusive_lock(path.with_name(PORT_BOOK + ".lock")), open(path, "a+", encoding="utf-8") as handle:
+        handle.seek(0)
+        text = handle.read()
         try:
-            handle.seek(0)
-            text = handle.read()
-            try:
-                book = {str(port): int(pid) for port, pid in json.loads(text).items()} if text.strip() else {}
-            except (ValueError, AttributeError):
-                book = {}  # a torn or foreign file: start a new book
-            yield book
-            handle.seek(0)
-            handle.truncate()
-            json.dump(book, handle)
-            handle.flush()
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            book = {str(port): int(pid) for port, pid in json.loads(text).items()} if text.strip() else {}
+        except (ValueError, AttributeError):
+            book = {}  # a torn or foreign file: start a new book
+        yield book
+        handle.seek(0)
+        handle.truncate()
+        json.dump(book, handle)
+        handle.flush()
 
 
 def _alive(pid: int) -> bool:

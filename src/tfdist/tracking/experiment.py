@@ -8,7 +8,6 @@ naming its URI.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +16,11 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 
+from tfdist.atomic import exclusive_lock
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError, RunError
 from tfdist.tracking.mlflow_private import forget_engine, schema_revisions
-from tfdist.tracking.schema import create_from_schema, discard_schema, lock_within
+from tfdist.tracking.schema import create_from_schema, discard_schema
 from tfdist.tracking.store import DATABASE_DRIVERS, probe_store, redact, sqlite_path, store_uri
 from tfdist.workspace import workspace_root
 
@@ -138,18 +138,13 @@ def _slug(name: str) -> str:
 
 @contextlib.contextmanager
 def _file_lock(path: Path, shown: str, timeout: float) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for the block (released if the process dies), waited for ``timeout`` seconds at most."""
-    try:
-        handle = open(path, "a")
-    except OSError as err:
-        raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path.parent} ({err.strerror})") from None
-    with handle:
+    """An exclusive lock on ``path`` for the block (released if the process dies), waited for ``timeout`` seconds at most."""
+    with contextlib.ExitStack() as held:
         try:
-            lock_within(handle, timeout)
+            held.enter_context(exclusive_lock(path, timeout))
         except TimeoutError:
             raise RunError(f"mlflow.tracking_uri {shown}: another process has held {path} for {timeout:.0f} s "
                            "(mlflow.busy_timeout) while it creates the store; stop it and run again") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        except OSError as err:
+            raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path.parent} ({err.strerror})") from None
+        yield

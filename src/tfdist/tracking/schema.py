@@ -13,18 +13,15 @@ would have. Where the cache cannot be written, MLflow creates the store itself.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
 import sqlite3
-import time
 from pathlib import Path
-from typing import Any
 
 import mlflow
 
-from tfdist.atomic import atomic_path
+from tfdist.atomic import atomic_path, exclusive_lock
 from tfdist.tracking.mlflow_private import initialize_tables
 
 log = logging.getLogger(__name__)
@@ -78,8 +75,7 @@ def _schema() -> Path:
     if schema.is_file() and _revision(schema) is not None:
         return schema
     schema.parent.mkdir(parents=True, exist_ok=True)
-    with open(schema.parent / f"{schema.name}.lock", "a") as lock:
-        lock_within(lock, _CACHE_LOCK_SECONDS)  # released as the file closes
+    with exclusive_lock(schema.parent / f"{schema.name}.lock", _CACHE_LOCK_SECONDS):
         if schema.is_file() and _revision(schema) is None:
             log.warning("the schema cache %s is damaged; it is made again", schema)
             schema.unlink()
@@ -96,19 +92,6 @@ def _schema() -> Path:
 
 #: Seconds to wait for another process making the cache (one migration takes seconds); then MLflow makes the store.
 _CACHE_LOCK_SECONDS = 60.0
-
-
-def lock_within(handle: Any, seconds: float) -> None:
-    """An exclusive ``flock`` on ``handle`` (released when it closes), or TimeoutError after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"another process has held {handle.name} for {seconds:.0f} s") from None
-            time.sleep(0.1)
 
 
 def _revision(schema: Path) -> str | None:

@@ -5,7 +5,7 @@ Two local workers on loopback, the real train stage, per-replica batch 25 and
 round, each run in its own processes. On CPUs TensorFlow's AUTO resolves to
 ring collectives, so the two should agree; NCCL needs GPUs on every worker.
 
-    python benchmarks/all_reduce.py [--rounds 3] [--epochs 3]
+    python -m benchmarks all_reduce [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, table  # noqa: E402
-from strategies import data_folder, run  # noqa: E402
+from benchmarks.common import median, step_ms, table
+from benchmarks.strategies import data_folder, run  # noqa: E402
 
 IMPLEMENTATIONS = ("auto", "ring")
 
@@ -38,7 +37,7 @@ def main() -> None:
                 report = run(root, data, f"b{batch}-r{round_}-{name}", "multi_worker_mirrored", [
                     f"distributed.all_reduce={name}", "distributed.workers=2", f"train.batch_size={batch}",
                     f"train.epochs={args.epochs}"])
-                steps[name].append(1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"])
+                steps[name].append(step_ms(report))
                 print(f"batch {batch} round {round_ + 1} {name}: {steps[name][-1]:.2f} ms/step", file=sys.stderr, flush=True)
         base = median(steps["auto"])
         for name in IMPLEMENTATIONS:

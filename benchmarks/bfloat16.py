@@ -10,7 +10,7 @@ bfloat16's kernels, is on for the convnet), the prepared digits tiled to
 the median step and its spread, the speed and the time to the model's target
 validation accuracy (mlp 0.90, cnn 0.95) against float32.
 
-    python benchmarks/bfloat16.py [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
+    python -m benchmarks bfloat16 [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds, model_rounds_options, spread, table  # noqa: E402
-from strategies import TARGETS, add_against, data_folder, measured, run  # noqa: E402
-
+from benchmarks.common import median, model_rounds, model_rounds_options, spread, table  # noqa: E402
+from benchmarks.strategies import TARGETS, add_against, data_folder, measured, run  # noqa: E402
 from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
 from tfdist.train.precision import hardware_support  # noqa: E402
 

@@ -7,7 +7,7 @@ steps), median of ``--repeats`` calls: the train stage's own calibration
 (tfdist.train.collectives), run longer. The workers run with the project's
 thread settings, each pinned to a CPU of its own unless ``--unpinned``.
 
-    python benchmarks/collectives.py [--steps 50] [--repeats 10] [--unpinned]
+    python -m benchmarks collectives [--steps 50] [--repeats 10] [--unpinned]
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import pinned, report_probes  # noqa: E402
+from benchmarks.common import pinned, report_probes  # noqa: E402
 
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
 
@@ -59,7 +57,7 @@ def main() -> None:
     ports = free_ports(2)
     cpus = task_cpus(2)
     processes = [subprocess.Popen(
-        pinned([sys.executable, __file__, "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps),
+        pinned([sys.executable, "-m", __spec__.name, "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps),
                 "--repeats", str(args.repeats)], None if args.unpinned else cpus[i]),
         stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]
@@ -70,5 +68,4 @@ def main() -> None:
                   small, large, lambda per_byte: f" ({1 / per_byte / 1e6:,.0f} MB/s)")
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     main()

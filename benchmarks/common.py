@@ -1,7 +1,7 @@
 """What the benchmark scripts share: the data, timing of one training run, and markdown tables.
 
 Benchmarks are runnable scripts, not tests: run them from the project root on
-an otherwise idle machine, e.g. ``python benchmarks/vs_seed.py``. Each prints
+an otherwise idle machine, e.g. ``python -m benchmarks vs_seed``. Each prints
 markdown tables (the ones in docs/performance.md came from them).
 """
 
@@ -13,7 +13,6 @@ import io
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import numpy as np
 import yaml
 
 import tfdist  # noqa: F401  (selects tf_keras before TensorFlow loads)
+from benchmarks.results import median, spread  # noqa: F401  (the scripts' imports of them from here)
 from tfdist.config import Config, load_config
 from tfdist.data.prepared import Digits, load_split
 
@@ -129,13 +129,9 @@ def model_rounds(args: argparse.Namespace) -> Iterator[tuple[int, str, int, list
                                              f"train.epochs={args.epochs}"]
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    """The median and the lowest-highest range of repeated measurements: ``1.23 (1.10-1.40)``."""
-    return f"{median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+def step_ms(report: dict) -> float:
+    """A train report's steady step, in milliseconds: its steady epoch over the steps in an epoch."""
+    return 1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"]
 
 
 def accuracy(model: Any, test: Digits) -> float:

@@ -29,7 +29,7 @@ so that every cell sees the machine's slow and quiet spells alike; the table
 gives the medians, the spread (lowest to highest), and the projection's error
 on the medians. Needs root, iproute2, tc and cgroup v1's cpu controller.
 
-    python benchmarks/emulated_machines.py [--models mlp cnn] [--machines 2 4] [--links none 1gbit]
+    python -m benchmarks emulated_machines [--models mlp cnn] [--machines 2 4] [--links none 1gbit]
         [--batches 25 256] [--rounds 3] [--epochs 3]
 """
 
@@ -43,11 +43,9 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from common import median, spread, table  # noqa: E402
-from strategies import TARGETS, add_against, data_folder, measured, run, stage_command  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/helpers: the test hosts
+from benchmarks.common import median, spread, table  # noqa: E402
+from benchmarks.strategies import TARGETS, add_against, data_folder, measured, run, stage_command  # noqa: E402
 from tfdist.cluster.processes import task_cpus  # noqa: E402
 from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
 from tfdist.config import CompareConfig  # noqa: E402

@@ -19,7 +19,7 @@ start: an engine's placing of it comes before); the wall time outside
 ``fit`` (start-up, placement, saving, tracking, exit); and the steady step.
 Needs root, iproute2, Debian's slurm-wlm and munge (``make slurm``) and Ray.
 
-    python benchmarks/engines.py [--rounds 3] [--epochs 3]
+    python -m benchmarks engines [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from common import median, table  # noqa: E402
-from strategies import data_folder, report, stage_command  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/helpers: the test hosts
+from benchmarks.common import spread, step_ms, table
+from benchmarks.strategies import data_folder, report, stage_command  # noqa: E402
 
 from helpers import netns, ray_nodes, slurm  # noqa: E402
 
@@ -119,15 +118,14 @@ def main() -> None:
                         found = report(root, name)
                         runs[label].append({"wall": wall, "startup": found["startup_seconds"],
                                             "outside": wall - found["train_seconds"],
-                                            "step": 1000 * found["steady_epoch_seconds"] / found["steps_per_epoch"],
+                                            "step": step_ms(found),
                                             "hosts": len(found["hardware"]["hosts"])})
                         print(f"round {round_ + 1} {label}: {wall:.1f} s", file=sys.stderr, flush=True)
             finally:
                 cluster.stop()
 
     def cell(results: list[dict], key: str, digits: int = 1) -> str:
-        values = [result[key] for result in results]
-        return f"{median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+        return spread([result[key] for result in results], digits)
 
     print(f"multi_worker_mirrored, 2 workers, mlp, batch 25, 12,000 digits, {args.epochs} epochs; "
           f"median (lowest-highest) of {args.rounds} rounds")

@@ -6,7 +6,7 @@ digits tiled to 60,000, in one process with the project's thread settings;
 then TensorFlow's default threads against the project's, each in its own
 process (thread pools are fixed per process).
 
-    python benchmarks/knobs.py [--epochs 4]
+    python -m benchmarks knobs [--epochs 4]
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import config, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, prepared, quietly, table  # noqa: E402
 
 STEPS = (1, 10, 50, 200, 2400)  # 2400 = a whole epoch of 60,000 at batch 25
 
@@ -58,7 +56,7 @@ def main() -> None:
     print()
     threads = []
     for setting in ((0, 0), (intra, inter)):
-        out = subprocess.run([sys.executable, __file__, "--epochs", str(args.epochs), "--threads", *map(str, setting)],
+        out = subprocess.run([sys.executable, "-m", __spec__.name, "--epochs", str(args.epochs), "--threads", *map(str, setting)],
                              capture_output=True, text=True, check=True).stdout
         threads.append(["TensorFlow's default" if setting == (0, 0) else f"intra {setting[0]}, inter {setting[1]}",
                         json.loads(out.strip().splitlines()[-1])])

@@ -9,7 +9,7 @@ and worker group, the chief's saving and tracking), and the steady step.
 Also checks that both launchers end with the same weights. Run from the
 project root on an otherwise idle machine:
 
-    python benchmarks/launchers.py --rounds 3 --epochs 5
+    python -m benchmarks launchers --rounds 3 --epochs 5
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 import yaml
-from common import median, table
+
+from benchmarks.common import median, step_ms, table
 
 LAUNCHERS = ("local", "ray")
 
@@ -45,7 +46,7 @@ def run(launcher: str, epochs: int, root: Path) -> dict:
         raise SystemExit(f"{launcher} failed:\n{result.stderr[-3000:]}")
     report = json.loads((root / "reports" / "bench.json").read_text())
     return {"wall": wall, "startup": report["startup_seconds"], "outside_fit": wall - report["train_seconds"],
-            "step_ms": 1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"],
+            "step_ms": step_ms(report),
             "weights": report["weights_sha256"]}
 
 

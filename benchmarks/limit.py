@@ -6,7 +6,7 @@ MLP's training FLOPs per example (forward 2 x weights, backward twice that),
 and compares FLOPs x samples/s of the normal train path at batch 25 and 256
 against the peak.
 
-    python benchmarks/limit.py [--size 1024]
+    python -m benchmarks limit [--size 1024]
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import config, median, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, median, prepared, quietly, table  # noqa: E402
 
 
 def matmul_peak(size: int, repeats: int = 20) -> float:
@@ -47,7 +45,7 @@ def matmul_peak(size: int, repeats: int = 20) -> float:
 
 def peak_in_process(size: int, intra_op: int) -> float:
     """The matmul peak with ``intra_op`` threads per op (0: all cores), in a fresh process."""
-    out = subprocess.run([sys.executable, __file__, "--size", str(size), "--peak", str(intra_op)],
+    out = subprocess.run([sys.executable, "-m", __spec__.name, "--size", str(size), "--peak", str(intra_op)],
                          capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
 

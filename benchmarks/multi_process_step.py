@@ -10,7 +10,7 @@ earlier commit (``--before``, a git revision) runs from a worktree of it, with
 the same interpreter and packages; the two alternate round by round, so both
 see the same machine.
 
-    python benchmarks/multi_process_step.py [--before af98ce3] [--rounds 2] [--epochs 4]
+    python -m benchmarks multi_process_step [--before af98ce3] [--rounds 2] [--epochs 4]
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, table  # noqa: E402
-from strategies import data_folder, run  # noqa: E402
+from benchmarks.common import median, step_ms, table
+from benchmarks.strategies import data_folder, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = [  # label, strategy, overrides, units taking steps at once
@@ -61,7 +60,7 @@ def main() -> None:
                         report = run(root, data, f"b{batch}-r{round_}-{strategy}-{'before' if checkout else 'after'}",
                                      strategy, [*sets, *args.sets, f"train.batch_size={batch}",
                                                 f"train.epochs={args.epochs}"], checkout)
-                        ms = 1000 * units * report["steady_epoch_seconds"] / report["steps_per_epoch"]
+                        ms = units * step_ms(report)
                         steps.setdefault((label, side), []).append(ms)
                         print(f"batch {batch} round {round_ + 1} {label} [{side}]: {ms:.2f} ms/step, "
                               f"val_accuracy {report['val_accuracy']:.4f}", file=sys.stderr, flush=True)

@@ -6,57 +6,56 @@ AVX-512 is off. This measures both through the real train stage, on all of this
 machine's CPUs: normal training for each model kind, and for the convnet also
 mirrored with one device (a strategy of one replica: nothing to exchange, so
 any difference from normal training is the strategy's own step). The prepared
-digits are tiled to 12,000; the settings alternate within every round, so both
-see the same machine; the table gives the median step and the spread.
+digits are tiled to 12,000.
 
-    python benchmarks/onednn.py [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
+    python -m benchmarks onednn [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
 
-import sys
+import itertools
 import tempfile
-from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds, model_rounds_options, table  # noqa: E402
-from strategies import data_folder, run  # noqa: E402
+from benchmarks.common import step_ms
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+from benchmarks.strategies import data_folder, run
 
-from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
-
+TITLE = "The train stage's ms/step at TensorFlow's oneDNN default and with oneDNN enabled"
 SETTINGS = ("tensorflow", "enabled")
 #: The runs of each model: (label, strategy, extra settings).
 RUNS = {"mlp": [("normal", "default", [])],
         "cnn": [("normal", "default", []), ("mirrored, 1 device", "mirrored", ["distributed.devices=1"])]}
 
 
-def main() -> None:
-    args = model_rounds_options(__doc__)
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"model": model, "batch": batch, "run": label, "onednn": setting}
+            for model in options.models for batch in options.batches for label, _, _ in RUNS.get(model, RUNS["cnn"])
+            for setting in SETTINGS]
+
+
+def setup(options: Options) -> tuple[Path, Path, itertools.count]:
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-onednn-"))
-    data = data_folder(root)
-    steps: dict[tuple, list[float]] = defaultdict(list)
-    for round_, model, batch, cell in model_rounds(args):
-        for label, strategy, sets in RUNS[model]:
-            for setting in SETTINGS:
-                key = (model, batch, label, setting)
-                name = f"r{round_}-{model}-b{batch}-{strategy}-{setting}"
-                report = run(root, data, name, strategy, [*cell, f"runtime.onednn={setting}", *sets])
-                steps[key].append(1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"])
-                print(f"round {round_ + 1} {model} batch {batch} {label}, oneDNN {setting}: "
-                      f"{steps[key][-1]:.2f} ms/step", file=sys.stderr, flush=True)
+    return root, data_folder(root), itertools.count()
+
+
+def measure(cell: dict[str, Any], context: tuple[Path, Path, itertools.count], options: Options) -> dict[str, float]:
+    root, data, runs = context
+    _, strategy, sets = next(found for found in RUNS.get(cell["model"], RUNS["cnn"]) if found[0] == cell["run"])
+    report = run(root, data, f"run{next(runs)}", strategy, [
+        f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}",
+        f"runtime.onednn={cell['onednn']}", *sets])
+    return {"ms_per_step": step_ms(report)}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    """A row per model, batch and run: both settings side by side, and how much faster oneDNN ran."""
     rows = []
-    for model in args.models:
-        for batch in args.batches:
-            for label, _, _ in RUNS[model]:
-                default, enabled = (steps[(model, batch, label, setting)] for setting in SETTINGS)
-                rows.append([model, batch, label, f"{median(default):.2f} ({min(default):.2f}-{max(default):.2f})",
-                             f"{median(enabled):.2f} ({min(enabled):.2f}-{max(enabled):.2f})",
-                             f"{median(default) / median(enabled):.2f}x"])
-    print(f"the train stage on {len(usable_cpus())} CPU(s) ({cpu_model()}), 12,000 digits, {args.epochs} epochs, "
-          f"median (lowest-highest) ms/step of {args.rounds} alternating rounds")
-    print(table(["model", "batch", "run", "TensorFlow's default", "oneDNN enabled", "enabled faster by"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for model, batch, label in dict.fromkeys((c.params["model"], c.params["batch"], c.params["run"]) for c in result.cells):
+        default, enabled = (result.cell(model=model, batch=batch, run=label, onednn=s).values("ms_per_step")
+                            for s in SETTINGS)
+        rows.append([model, str(batch), label, spread(default), spread(enabled), f"{median(default) / median(enabled):.2f}x"])
+    return ["model", "batch", "run", "TensorFlow's default (ms/step)", "oneDNN enabled (ms/step)",
+            "enabled faster by"], rows

@@ -6,7 +6,7 @@ rounds alternate the configurations so machine noise spreads over all.
 Reported: steady samples/s and ms per step, speed vs normal, parameters on
 the busiest device, bytes moved per step, and the bubble measured and in theory.
 
-    python benchmarks/paradigms.py [--rounds 2] [--epochs 3]
+    python -m benchmarks paradigms [--rounds 2] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, table  # noqa: E402
-from strategies import data_folder, run  # noqa: E402
+from benchmarks.common import median, step_ms, table
+from benchmarks.strategies import data_folder, run  # noqa: E402
 
 CONFIGS = [  # label, strategy, overrides
     ("normal", "default", []),
@@ -47,7 +46,7 @@ def main() -> None:
     rows = []
     for label, runs in reports.items():
         speed = median([r["steady_samples_per_second"] for r in runs])
-        step_ms = median([1000 * r["steady_epoch_seconds"] / r["steps_per_epoch"] for r in runs])
+        step_ms = median([step_ms(r) for r in runs])
         bubbles = [r["bubble"] for r in runs if r["bubble"] is not None]
         theory = runs[0]["bubble_theory"]
         rows.append([label, speed, f"{step_ms:.2f}", f"{speed / base:.2f}x", f"{max(runs[0]['params_per_device']):,}",

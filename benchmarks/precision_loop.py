@@ -5,18 +5,15 @@ project's thread settings, the prepared digits tiled to 60,000, alternating
 every configuration ``--reps`` times; steady-state samples/s and validation
 accuracy.
 
-    python benchmarks/precision_loop.py [--epochs 4] [--reps 2]
+    python -m benchmarks precision_loop [--epochs 4] [--reps 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import config, median, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, median, prepared, quietly, table  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 

@@ -11,7 +11,7 @@ variables each read and pushed, and tf_keras's four metric variables (which
 live on the ps) updated. Against docs/performance.md section 8's 8.9 ms
 worker step: what the exchange alone costs.
 
-    python benchmarks/ps_exchange.py [--steps 50] [--repeats 10] [--unpinned]
+    python -m benchmarks ps_exchange [--steps 50] [--repeats 10] [--unpinned]
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import pinned, report_probes  # noqa: E402
+from benchmarks.common import pinned, report_probes  # noqa: E402
 
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
 #: The seed MLP's variables (two kernels, two biases) and tf_keras's metric variables (loss and accuracy: total, count).
@@ -109,7 +107,7 @@ def main() -> None:
     ports, cpus = free_ports(2), task_cpus(2)
 
     def start(role: str, index: int, **streams: object) -> subprocess.Popen:
-        command = [sys.executable, __file__, "--role", role, "--ports", *map(str, ports), "--steps", str(args.steps),
+        command = [sys.executable, "-m", __spec__.name, "--role", role, "--ports", *map(str, ports), "--steps", str(args.steps),
                    "--repeats", str(args.repeats)]
         return subprocess.Popen(pinned(command, None if args.unpinned else cpus[index]),
                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, text=True, **streams)
@@ -131,5 +129,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     main()

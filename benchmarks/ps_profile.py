@@ -7,7 +7,7 @@ first epochs it captures ``--ms`` of all tasks at once, then sums each
 task's host events by name (the TensorFlow ops and runtime activities each
 thread ran) and prints the largest, with the share of the capture each took.
 
-    python benchmarks/ps_profile.py [--ms 2000] [--top 12]
+    python -m benchmarks ps_profile [--ms 2000] [--top 12]
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from strategies import data_folder, stage_command  # noqa: E402
-
+from benchmarks.strategies import data_folder, stage_command  # noqa: E402
 from tfdist.cluster.ports import free_ports  # noqa: E402
 from tfdist.train.server import PROFILER_PORT_ENV, profiler_order  # noqa: E402
 

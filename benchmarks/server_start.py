@@ -6,7 +6,7 @@ the server and import MLflow each). tfdist leaves them off
 (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``, tfdist_cli.serving); the rounds
 alternate the two settings, and the table gives medians and ranges.
 
-    python benchmarks/server_start.py            # 3 rounds, about 4 min
+    python -m benchmarks server_start            # 3 rounds, about 4 min
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import spread, table, tracking_server  # noqa: E402
-from procfs import process_stat  # noqa: E402
+from benchmarks.common import spread, table, tracking_server  # noqa: E402
+from benchmarks.procfs import process_stat  # noqa: E402
 
 SETTLE_SECONDS = 20
 

@@ -9,7 +9,7 @@ each model and per-replica batch (12,000 digits tiled from the prepared ones);
 the ratio of the two steps is what the emulation charges every machine of a
 cluster that one machine training alone does not pay.
 
-    python benchmarks/shared_cores.py [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
+    python -m benchmarks shared_cores [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds, model_rounds_options, table  # noqa: E402
-from strategies import data_folder, report, stage_command  # noqa: E402
-
+from benchmarks.common import median, model_rounds, model_rounds_options, spread, step_ms, table
+from benchmarks.strategies import data_folder, report, stage_command  # noqa: E402
 from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
 
 
@@ -37,7 +35,7 @@ def steps_ms(root: Path, data: Path, names: list[str], sets: list[str]) -> list[
         _, err = process.communicate(timeout=1800)
         if process.returncode:
             raise SystemExit(f"{name}: the train stage exited {process.returncode}:\n{err[-2000:]}")
-    return [1000 * found["steady_epoch_seconds"] / found["steps_per_epoch"]
+    return [step_ms(found)
             for found in (report(root, name) for name in names)]
 
 
@@ -60,8 +58,8 @@ def main() -> None:
     for model in args.models:
         for batch in args.batches:
             alone, beside = steps[(model, batch, "alone")], steps[(model, batch, "beside")]
-            rows.append([model, batch, f"{median(alone):.2f} ({min(alone):.2f}-{max(alone):.2f})",
-                         f"{median(beside):.2f} ({min(beside):.2f}-{max(beside):.2f})",
+            rows.append([model, batch, spread(alone),
+                         spread(beside),
                          f"{median(beside) / median(alone):.2f}x"])
     print(f"normal training pinned to CPU 0 ({cpu_model()}), alone and beside a twin on CPU 1, 12,000 digits, "
           f"{args.epochs} epochs, median (lowest-highest) ms/step of {args.rounds} alternating rounds")

@@ -12,9 +12,9 @@ writing any): ``PYTHONPYCACHEPREFIX`` pointed at an empty folder makes Python
 look for bytecode there only, so it compiles every module from source, every
 time, as it did.
 
-    python benchmarks/startup.py              # the commands (about 2 min)
-    python benchmarks/startup.py --pipeline   # also a fresh dvc repro of a clone, both ways (about 8 min)
-    python benchmarks/startup.py --before REV # a fresh dvc repro of REV's clone and of this one's, alternating,
+    python -m benchmarks startup              # the commands (about 2 min)
+    python -m benchmarks startup --pipeline   # also a fresh dvc repro of a clone, both ways (about 8 min)
+    python -m benchmarks startup --before REV # a fresh dvc repro of REV's clone and of this one's, alternating,
                                               # each stage timed (about 3 min a repro)
 """
 
@@ -31,8 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import table  # noqa: E402
+from benchmarks.common import table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ["--set", "train.epochs=1", "--set", "mlflow.log_models=false", "--set", "data.source=sample"]

@@ -8,20 +8,16 @@ samples/s bound what any input pipeline or step function can gain over the
 project's path on this machine: what is left is per-op overhead of the step's
 own ~60 small ops.
 
-    python benchmarks/step_floor.py [--epochs 4] [--steps 50]
+    python -m benchmarks step_floor [--epochs 4] [--steps 50]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import accuracy, full_size  # noqa: E402
-
+from benchmarks.common import accuracy, full_size  # noqa: E402
 from tfdist.runtime import configure_threads  # noqa: E402
 from tfdist.tf_imports import keras, tf  # noqa: E402
 

@@ -7,7 +7,7 @@ samples/s and seconds per step (epochs after the first), first-epoch overhead,
 start-up time, and scaling efficiency = samples/s / (normal samples/s x N),
 where N is the replicas (or, for parameter_server, the workers).
 
-    python benchmarks/strategies.py [--epochs 4] [--batches 25 256]
+    python -m benchmarks strategies [--epochs 4] [--batches 25 256]
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import PREPARED, prepared, table  # noqa: E402
-
+from benchmarks.common import PREPARED, prepared, step_ms, table
 from tfdist.compare.compute import time_to_accuracy  # noqa: E402
 from tfdist.reports import read_history  # noqa: E402
 
@@ -70,7 +68,7 @@ TARGETS = {"mlp": 0.90, "cnn": 0.95}
 def measured(root: Path, name: str) -> dict:
     """The run's report, with its step in ms and its per-epoch history (for time to accuracy)."""
     found = report(root, name)
-    found["step_ms"] = 1000 * found["steady_epoch_seconds"] / found["steps_per_epoch"]
+    found["step_ms"] = step_ms(found)
     found["history"] = read_history(root / "reports" / "history" / f"{name}.csv")
     return found
 
@@ -111,8 +109,7 @@ def main() -> None:
                          [*sets, f"train.batch_size={batch}", f"train.epochs={args.epochs}"])
             speed = report["steady_samples_per_second"]
             base = base or speed
-            step_ms = 1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"]
-            rows.append([label, report["replicas"], report["global_batch_size"], speed, f"{step_ms:.2f}",
+            rows.append([label, report["replicas"], report["global_batch_size"], speed, f"{step_ms(report):.2f}",
                          f"{speed / base:.2f}x", f"{speed / (base * n):.0%}",
                          f"{report['first_epoch_overhead_seconds']:.2f}", f"{report['startup_seconds']:.1f}"])
             print(f"batch {batch} {label}: {speed:,.0f} samples/s", flush=True)

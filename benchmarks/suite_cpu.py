@@ -9,8 +9,8 @@ the test running on the xdist worker it descends from when it was first seen;
 daemons that leave their parent (``ray start``, ``dvc queue``'s workers) are
 charged to no test and listed by command.
 
-    python benchmarks/suite_cpu.py                     # the whole suite, as make test runs it (about 20 min)
-    python benchmarks/suite_cpu.py tests/pipeline -m slow -n 2 --dist loadscope
+    python -m benchmarks suite_cpu                     # the whole suite, as make test runs it (about 20 min)
+    python -m benchmarks suite_cpu tests/pipeline -m slow -n 2 --dist loadscope
 
 How the 20-minute CI was reached with it: docs/performance.md, "Where the CPU went".
 """
@@ -27,8 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from procfs import process_stat  # noqa: E402
+from benchmarks.procfs import process_stat  # noqa: E402
 
 #: The file the plugin half (in each pytest process) appends test starts and ends to.
 TIMELINE_ENV = "TFDIST_SUITE_TIMELINE"
@@ -42,7 +41,7 @@ KINDS = [("stage train", r"stages[./]train"), ("stage evaluate", r"stages[./]eva
          ("pytest and its workers (in-process tests)", r"pytest|execnet|exec\(eval")]
 
 
-# -- the plugin half: loaded by pytest (-p suite_cpu) in the controller and each xdist worker ------------------
+# -- the plugin half: loaded by pytest (-p benchmarks.suite_cpu) in the controller and each xdist worker ------------------
 
 def _log(phase: str, nodeid: str) -> None:
     path = os.environ.get(TIMELINE_ENV)
@@ -148,12 +147,11 @@ def main() -> None:
     descriptor, name = tempfile.mkstemp(prefix="tfdist-suite-timeline-", suffix=".tsv")
     os.close(descriptor)  # the plugin in each pytest process appends to it by name
     timeline = Path(name)
-    env = {**os.environ, TIMELINE_ENV: str(timeline),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, TIMELINE_ENV: str(timeline)}  # pytest -m runs from the project root: the package imports
     sampler = Sampler()
     sampler.start()
     began = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_cpu", *pytest_args], env=env)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "benchmarks.suite_cpu", *pytest_args], env=env)
     wall = time.monotonic() - began
     sampler.done.set()
     sampler.join()

@@ -1,53 +1,54 @@
 """Benchmark: normal training's step at 1 thread per op and at every core, for each model kind.
 
-``runtime.intra_op_threads: auto`` gives the seed MLP 1 thread per op and any
-other model every core of its process (tfdist.runtime.intra_op_threads); this
-measures why, through the real train stage on all of this machine's CPUs,
-per-replica batch 25 and 256, the prepared digits tiled to 12,000. The
-settings alternate round by round, so both see the same machine; the table
-gives the median step and the spread (lowest-highest).
+``runtime.intra_op_threads: auto`` gives a model its kind's record's threads per op
+(:mod:`tfdist.model_kinds`): 1 for the seed MLP, every core of its process for any
+other; this measures why, through the real train stage on all of this machine's
+CPUs, the prepared digits tiled to 12,000.
 
-    python benchmarks/threads.py [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
+    python -m benchmarks threads [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
 
-import sys
+import itertools
 import tempfile
-from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import median, model_rounds, model_rounds_options, table  # noqa: E402
-from strategies import data_folder, run  # noqa: E402
+from benchmarks.common import step_ms
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+from benchmarks.strategies import data_folder, run
+from tfdist.hardware import usable_cpus
 
-from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
+TITLE = "Normal training's ms/step at 1 thread per op and at every core"
 
 
-def main() -> None:
-    args = model_rounds_options(__doc__)
+def cells(options: Options) -> list[dict[str, Any]]:
+    settings = sorted({1, len(usable_cpus())})
+    return [{"model": model, "batch": batch, "threads_per_op": threads}
+            for model in options.models for batch in options.batches for threads in settings]
+
+
+def setup(options: Options) -> tuple[Path, Path, itertools.count]:
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-threads-"))
-    data = data_folder(root)
-    cores = len(usable_cpus())
-    settings = sorted({1, cores})
-    steps: dict[tuple, list[float]] = defaultdict(list)
-    for round_, model, batch, cell in model_rounds(args):
-        for intra in settings:
-            name = f"r{round_}-{model}-b{batch}-t{intra}"
-            report = run(root, data, name, "default", [*cell, f"runtime.intra_op_threads={intra}"])
-            steps[(model, batch, intra)].append(1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"])
-            print(f"round {round_ + 1} {model} batch {batch}, {intra} thread(s) per op: "
-                  f"{steps[(model, batch, intra)][-1]:.2f} ms/step", file=sys.stderr, flush=True)
+    return root, data_folder(root), itertools.count()
+
+
+def measure(cell: dict[str, Any], context: tuple[Path, Path, itertools.count], options: Options) -> dict[str, float]:
+    root, data, runs = context
+    report = run(root, data, f"run{next(runs)}", "default", [
+        f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}",
+        f"runtime.intra_op_threads={cell['threads_per_op']}"])
+    return {"ms_per_step": step_ms(report)}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    """A row per model and batch: both settings side by side, and how much faster every core ran."""
+    settings = sorted({cell.params["threads_per_op"] for cell in result.cells})
     rows = []
-    for model in args.models:
-        for batch in args.batches:
-            one, every = (steps[(model, batch, intra)] for intra in (settings[0], settings[-1]))
-            rows.append([model, batch, f"{median(one):.2f} ({min(one):.2f}-{max(one):.2f})",
-                         f"{median(every):.2f} ({min(every):.2f}-{max(every):.2f})", f"{median(one) / median(every):.2f}x"])
-    print(f"normal training on {cores} CPU(s) ({cpu_model()}), 12,000 digits, {args.epochs} epochs, "
-          f"median (lowest-highest) ms/step of {args.rounds} alternating rounds")
-    print(table(["model", "batch", "1 thread per op", f"{cores} threads per op", f"{cores} threads faster by"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for model, batch in dict.fromkeys((c.params["model"], c.params["batch"]) for c in result.cells):
+        steps = [result.cell(model=model, batch=batch, threads_per_op=t).values("ms_per_step") for t in settings]
+        rows.append([model, str(batch), *map(spread, steps), f"{median(steps[0]) / median(steps[-1]):.2f}x"])
+    return (["model", "batch", *[f"{t} thread{'s' if t > 1 else ''} per op (ms/step)" for t in settings],
+             f"{settings[-1]} threads faster by"], rows)

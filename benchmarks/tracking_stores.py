@@ -7,7 +7,7 @@ spreads evenly, and prints the median wall times. Needs PostgreSQL up
 (``make postgres``) and a free port for the server; the databases it makes
 are dropped at the end. Run from the project root:
 
-    python benchmarks/tracking_stores.py --rounds 3
+    python -m benchmarks tracking_stores --rounds 3
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
-from common import median, table, tracking_server
+
+from benchmarks.common import median, table, tracking_server
 
 PARAMS = {"data": {"source": "sample"}, "train": {"epochs": 2},
           "distributed": {"strategies": ["multi_worker_mirrored"]}, "mlflow": {"log_models": True}}

@@ -17,7 +17,7 @@ Each run is its own process (thread settings are per process), A and B
 alternating ``--reps`` times. An epoch's training time excludes validation;
 samples/s is steady state (median of the epochs after the first).
 
-    python benchmarks/vs_seed.py [--epochs 5] [--reps 3]
+    python -m benchmarks vs_seed [--epochs 5] [--reps 3]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {way: [] for way in WAYS}
     for rep in range(args.reps):
         for way in runs:
-            out = subprocess.run([sys.executable, __file__, "--one", way, "--epochs", str(args.epochs)],
+            out = subprocess.run([sys.executable, "-m", __spec__.name, "--one", way, "--epochs", str(args.epochs)],
                                  capture_output=True, text=True, check=True).stdout
             runs[way].append(json.loads(out.strip().splitlines()[-1]))
             print(f"rep {rep + 1} {way}: {runs[way][-1]['samples_per_second']:,.0f} samples/s, "
@@ -119,5 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     main()

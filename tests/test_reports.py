@@ -19,11 +19,13 @@ def test_a_report_written_is_read_back_equal(tmp_path):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.pop("steady_epoch_seconds"), "not a TrainReport (missing steady_epoch_seconds)"),
-    (lambda d: d.update(host="vm"), "not a TrainReport (unknown host)"),
-    (lambda d: d.update(replicas="2"), "replicas must be int, got '2'"),
-    (lambda d: d["hardware"].pop("hosts"), "hardware: not a Hardware (missing hosts)"),
-    (lambda d: d["precision_support"]["mixed_float16"].update(can_be_faster="yes"), "can_be_faster must be bool"),
+    (lambda d: d.pop("steady_epoch_seconds"), ": missing steady_epoch_seconds; rerun"),
+    (lambda d: d.update(host="vm"), ": unknown key host; rerun"),
+    (lambda d: d.update(replica=2), ": unknown key replica; did you mean replicas?"),
+    (lambda d: d.update(replicas="2"), ": replicas must be a whole number; got '2' (str)"),
+    (lambda d: d["hardware"].pop("hosts"), ": missing hardware.hosts; rerun"),
+    (lambda d: d["precision_support"]["mixed_float16"].update(can_be_faster="yes"),
+     ": precision_support.mixed_float16.can_be_faster must be true or false; got 'yes'"),
 ])
 def test_a_report_off_the_schema_is_refused_naming_the_field(tmp_path, change, message):
     data = to_dict(train_report("mirrored", 4.0))

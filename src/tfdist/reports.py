@@ -12,13 +12,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tfdist import atomic
+from tfdist.config import build_record
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
 from tfdist.measures import Ratio, measure
@@ -251,43 +250,14 @@ def read_report(path: Path | str, kind: type[T]) -> T:
     return from_dict(kind, data, str(path))
 
 
-def from_dict(kind: Any, data: Any, source: str) -> Any:
-    """Build dataclass ``kind`` from JSON data, checking every field (see :func:`read_report`)."""
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a JSON object for {kind.__name__}; rerun the stage that writes it")
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    unknown = sorted(set(data) - set(fields))
-    missing = [name for name, f in fields.items() if name not in data and _required(f)]
-    if unknown or missing:
-        problem = "; ".join([*([f"missing {', '.join(missing)}"] if missing else []),
-                             *([f"unknown {', '.join(unknown)}"] if unknown else [])])
-        raise InputError(f"{source}: not a {kind.__name__} ({problem}); rerun the stage that writes it (dvc repro)")
-    hints = typing.get_type_hints(kind)
-    values = {name: _value(hints[name], data[name], f"{source}: {name}") for name in fields if name in data}
-    return kind(**values)
+def from_dict(kind: type[T], data: Any, source: str) -> T:
+    """Build dataclass ``kind`` from JSON data, checking every field (:func:`tfdist.config.build_record`).
 
-
-def _required(f: dataclasses.Field) -> bool:
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-
-
-def _value(kind: Any, value: Any, where: str) -> Any:
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if dataclasses.is_dataclass(kind):
-        return from_dict(kind, value, where)
-    if origin is dict and isinstance(value, dict):
-        return {str(k): _value(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    if origin is list and isinstance(value, list):
-        return [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        return _value(next(a for a in args if a is not type(None)), value, where)
-    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(kind, type) and isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-        return value
-    raise InputError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}; rerun the stage that writes it")
+    Raises:
+        InputError: naming ``source``, the field, and that the stage which writes it should run again.
+    """
+    return build_record(kind, data, "", lambda problem: InputError(
+        f"{source}: {problem}; rerun the stage that writes it (dvc repro)"), empty_strings=True)
 
 
 EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")

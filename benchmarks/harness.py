@@ -126,7 +126,7 @@ def run(name: str, argv: Sequence[str]) -> results.Result | None:
     options = parse_options(module, argv)
     cells = module.cells(options)
     context = module.setup(options) if hasattr(module, "setup") else None
-    machine = results.machine()
+    machine, commit = results.machine(), results.commit()  # what ran: read before, not after
     started, steal = time.time(), results.steal_seconds()
     rounds: list[list[dict[str, float]]] = [[] for _ in cells]
     skipped: dict[int, str] = {}
@@ -144,7 +144,7 @@ def run(name: str, argv: Sequence[str]) -> results.Result | None:
             print(f"round {round_ + 1}/{options.rounds} {results.cell_label(cell)}: {shown}", file=sys.stderr, flush=True)
     result = results.Result(
         benchmark=name, title=module.TITLE, command=f"python -m benchmarks {name} {shlex.join(argv)}".strip(),
-        date=time.strftime("%Y-%m-%d", time.gmtime(started)), commit=results.commit(), machine=machine,
+        date=time.strftime("%Y-%m-%d", time.gmtime(started)), commit=commit, machine=machine,
         options={"rounds": options.rounds, "models": list(options.models), "batches": list(options.batches),
                  "epochs": options.epochs, **options.extra},
         seconds=round(time.time() - started, 1), steal_seconds=round(results.steal_seconds() - steal, 2),

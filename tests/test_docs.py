@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -42,3 +42,13 @@ def test_no_working_notes_in_what_users_read() -> None:
     notes = re.compile(r"\b(this|last|next|previous) (round|stop)\b", re.IGNORECASE)
     hits = [f"{page.name}: {m.group(0)}" for page in PAGES for m in notes.finditer(page.read_text())]
     assert not hits, hits
+
+
+#: The longest a page may be, where a limit holds: the README a newcomer reads at once, the performance pages by topic.
+LIMITS = {ROOT / "README.md": 250, **{page: 400 for page in PAGES if "performance" in page.name or "performance" in page.parts}}
+
+
+@pytest.mark.parametrize("page", list(LIMITS), ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_stay_short_enough_to_read(page: Path) -> None:
+    lines = len(page.read_text().splitlines())
+    assert lines <= LIMITS[page], f"{page.relative_to(ROOT)}: {lines} lines, over {LIMITS[page]}; split it by topic"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.measures import declared, headlines, measure
-from tfdist.reports import EvalReport, PrecisionSupport, TrainReport
+from tfdist.reports import EvalReport, PrecisionSupport, TrainReport, from_dict
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,11 @@ class Comparison:
     def rows(self) -> list[RunRow]:
         """The runs in order, ``normal`` first."""
         return list(self.runs.values())
+
+
+def rows_from_json(data: dict[str, Any], source: str) -> list[RunRow]:
+    """The rows of a compare.json, typed again (each report checked as when the compare stage read it)."""
+    return [from_dict(RunRow, row, f"{source}: runs.{name}") for name, row in data["runs"].items()]
 
 
 def to_json(comparison: Comparison) -> dict[str, Any]:

@@ -80,6 +80,11 @@ def document(comparison: Comparison) -> list[Block]:
     return blocks
 
 
+def table_markdown(table: Table, rows: list[RunRow]) -> str:
+    """One of the comparison's tables alone, as markdown (README's copy of the baseline's results)."""
+    return to_markdown([_table(table, rows)]).rstrip("\n")
+
+
 def _table(table: Table, rows: list[RunRow]) -> Block:
     """One of the comparison's tables, its columns the fields declared for it (:mod:`tfdist.measures`), run first."""
     found = columns(table, {attribute: getattr(rows[0], attribute) if attribute else rows[0] for attribute in ROW_RECORDS})

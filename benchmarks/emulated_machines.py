@@ -29,23 +29,25 @@ so that every cell sees the machine's slow and quiet spells alike; the table
 gives the medians, the spread (lowest to highest), and the projection's error
 on the medians. Needs root, iproute2, tc and cgroup v1's cpu controller.
 
-    python -m benchmarks emulated_machines [--models mlp cnn] [--machines 2 4] [--links none 1gbit]
-        [--batches 25 256] [--rounds 3] [--epochs 3]
+    python -m benchmarks emulated_machines [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
+        [--set 'machines=[2, 4]'] [--set 'links=[none, 1gbit]']
 """
 
 from __future__ import annotations
 
-import argparse
+import itertools
 import json
 import os
 import sys
 import tempfile
-from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/helpers: the test hosts
-from benchmarks.common import median, spread, table  # noqa: E402
-from benchmarks.strategies import TARGETS, add_against, data_folder, measured, run, stage_command  # noqa: E402
+from benchmarks.harness import Options  # noqa: E402
+from benchmarks.results import Result, median, spread  # noqa: E402
+from benchmarks.strategies import TARGETS, data_folder, measured, run, stage_command  # noqa: E402
 from tfdist.cluster.processes import task_cpus  # noqa: E402
 from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
 from tfdist.config import CompareConfig  # noqa: E402
@@ -57,6 +59,16 @@ REPO = Path(__file__).resolve().parent.parent
 PORT = 2222
 #: A machine's share of a core, by how many machines there are (2 CPUs here).
 CORES_PER_MACHINE = {2: 1.0, 4: 0.5}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every cell shares: the scratch folder, the tiled data, the test hosts, a counter for run names."""
+
+    root: Path
+    data: Path
+    hosts: netns.TestHosts
+    runs: itertools.count
 
 
 def cluster_run(hosts: netns.TestHosts, machines: int, root: Path, data: Path, name: str, sets: list[str]) -> dict:
@@ -97,78 +109,81 @@ def projected_step_ms(root: Path, normal: str, calibrated: str, link: dict, mach
     return found.step_on_network_ms[str(machines)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"], choices=sorted(TARGETS))
-    parser.add_argument("--machines", type=int, nargs="+", default=[2, 4], choices=sorted(CORES_PER_MACHINE))
-    parser.add_argument("--links", nargs="+", default=["none", "1gbit"])
-    parser.add_argument("--batches", type=int, nargs="+", default=[25, 256])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
-    args = parser.parse_args()
+TITLE = "multi_worker_mirrored on emulated machines against normal training on one of them, and the projection"
+DEFAULTS = {"extra": {"machines": [2, 4], "links": ["none", "1gbit"]}}
+
+
+def cells(options: Options) -> list[dict[str, Any]]:
+    machines = options.extra["machines"]
+    if unknown := sorted(set(machines) - set(CORES_PER_MACHINE)):
+        raise SystemExit(f"error: --set machines: {unknown} not emulated here; choose from {sorted(CORES_PER_MACHINE)}")
+    if unknown := sorted(set(options.models) - set(TARGETS)):
+        raise SystemExit(f"error: --models {unknown}: no target accuracy for them; choose from {sorted(TARGETS)}")
+    return [{"model": model, "batch": batch, "machines": n}
+            for model in options.models for batch in options.batches for n in machines]
+
+
+def setup(options: Options) -> Context:
     if why := netns.available() or cpu_share.available():
-        raise SystemExit(f"emulated machines need network namespaces and CPU quotas: {why}")
+        raise SystemExit(f"error: emulated machines need network namespaces and CPU quotas: {why}")
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-emulated-"))
-    data = data_folder(root)
-    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    links: dict[tuple[str, int], dict] = {}  # the last round's measurement of each link, ring by ring
-    with netns.TestHosts(max(args.machines)) as hosts:
-        for round_ in range(args.rounds):
-            for model in args.models:
-                for batch in args.batches:
-                    sets = [f"model.kind={model}", f"train.batch_size={batch}", f"train.epochs={args.epochs}",
-                            "train.lr_scaling=linear"]  # as a user scaling out would: N machines, N x the batch
-                    for machines in args.machines:
-                        cores = CORES_PER_MACHINE[machines]
-                        tag = f"r{round_}-{model}-b{batch}-m{machines}"
-                        normal = local_run(root, data, f"{tag}-normal", "default", sets,
-                                           cpu_share.CpuShare(task_cpus(1)[0], cores))
-                        calibrated = local_run(root, data, f"{tag}-loopback", "multi_worker_mirrored",
-                                               [*sets, "distributed.workers=2"], cpu_share.CpuShare(None, 2 * cores))
-                        normal_tta = time_to_accuracy(normal["history"], TARGETS[model])
-                        key = (model, batch, machines)
-                        cells[(*key, "normal")]["step"].append(normal["step_ms"])
-                        cells[(*key, "normal")]["speed"].append(normal["steady_samples_per_second"])
-                        cells[(*key, "normal")]["accuracy"].append(normal["val_accuracy"])
-                        if normal_tta:
-                            cells[(*key, "normal")]["tta"].append(normal_tta[1])
-                        for link in args.links:
-                            hosts.shape(None if link == "none" else link)
-                            links[(link, machines)] = hosts.measure_ring(machines)
-                            mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", sets)
-                            cell = cells[(*key, link)]
-                            add_against(cell, mwms, normal, TARGETS[model])
-                            cell["projected"].append(
-                                projected_step_ms(root, normal["name"], calibrated["name"], links[(link, machines)], machines))
-                            print(f"round {round_ + 1} {model} batch {batch} x{machines} link {link}: "
-                                  f"{mwms['step_ms']:.2f} ms/step (projected {cell['projected'][-1]:.2f}), "
-                                  f"{cell['speed'][-1]:.2f}x normal ({normal['step_ms']:.2f} ms/step), "
-                                  f"time to accuracy {cell['tta'][-1] if cell['tta'] else float('nan'):.2f}x",
-                                  file=sys.stderr, flush=True)
-                        hosts.shape(None)
+    hosts = netns.TestHosts(max(options.extra["machines"]))
+    hosts.__enter__()
+    return Context(root, data_folder(root), hosts, itertools.count())
+
+
+def teardown(context: Context) -> None:
+    context.hosts.__exit__(None, None, None)
+
+
+def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[str, float]:
+    """Normal training on one machine's share, the loopback calibration, then the cluster over every link."""
+    model, machines = cell["model"], cell["machines"]
+    sets = [f"model.kind={model}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}",
+            "train.lr_scaling=linear"]  # as a user scaling out would: N machines, N x the batch
+    cores, tag = CORES_PER_MACHINE[machines], f"run{next(context.runs)}"
+    root, data, hosts = context.root, context.data, context.hosts
+    normal = local_run(root, data, f"{tag}-normal", "default", sets, cpu_share.CpuShare(task_cpus(1)[0], cores))
+    calibrated = local_run(root, data, f"{tag}-loopback", "multi_worker_mirrored", [*sets, "distributed.workers=2"],
+                           cpu_share.CpuShare(None, 2 * cores))
+    normal_tta = time_to_accuracy(normal["history"], TARGETS[model])
+    found = {"normal_ms": normal["step_ms"], "normal_accuracy": normal["val_accuracy"]}
+    try:
+        for link in options.extra["links"]:
+            hosts.shape(None if link == "none" else link)
+            measured_link = hosts.measure_ring(machines)
+            mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", sets)
+            tta = time_to_accuracy(mwms["history"], TARGETS[model])
+            found.update({
+                f"{link}_ms": mwms["step_ms"],
+                f"{link}_projected_ms": projected_step_ms(root, normal["name"], calibrated["name"], measured_link, machines),
+                f"{link}_speed": mwms["steady_samples_per_second"] / normal["steady_samples_per_second"],
+                f"{link}_tta": normal_tta[1] / tta[1] if tta and normal_tta else None,
+                f"{link}_accuracy": mwms["val_accuracy"],
+                f"{link}_mbit_per_s": measured_link["mbit_per_s"], f"{link}_round_trip_us": measured_link["round_trip_us"]})
+    finally:
+        hosts.shape(None)
+    return found
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    """Per model, batch and machines: normal training's row, then a row per link with the projection's error."""
     rows = []
-    for model in args.models:
-        for batch in args.batches:
-            for machines in args.machines:
-                normal = cells[(model, batch, machines, "normal")]
-                rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core", "", spread(normal["step"]), "",
-                             "1.00x", "1.00x" if normal["tta"] else "not reached", f"{median(normal['accuracy']):.4f}"])
-                for link in args.links:
-                    cell = cells[(model, batch, machines, link)]
-                    step, projected = median(cell["step"]), median(cell["projected"])
-                    rows.append([model, batch, f"{machines} machines, link {link}",
-                                 f"{links[(link, machines)]['mbit_per_s']:,.0f} / {links[(link, machines)]['round_trip_us']:.0f}",
-                                 spread(cell["step"]), f"{projected:.2f} ({(projected - step) / step:+.0%})",
-                                 spread(cell["speed"]) + "x",
-                                 spread(cell["tta"]) + "x" if len(cell["tta"]) == args.rounds else "not reached",
-                                 f"{median(cell['accuracy']):.4f}"])
-    print(f"multi_worker_mirrored on emulated machines (2: a core each; 4: half a core each), 12,000 digits, "
-          f"{args.epochs} epochs, median (lowest-highest) of {args.rounds} rounds; time to accuracy to "
-          + ", ".join(f"{model} {TARGETS[model]}" for model in args.models))
-    print(table(["model", "per-replica batch", "run", "link Mbit/s / round trip µs (measured, ring loaded)", "ms/step",
-                 "projected ms/step (error on the medians)", "speed vs normal", "time to accuracy vs normal",
-                 "val accuracy"], rows))
+    for cell in result.cells:
+        model, batch, machines = cell.params["model"], str(cell.params["batch"]), cell.params["machines"]
+        rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core", "", spread(cell.values("normal_ms")),
+                     "", "1.00x", f"{median(cell.values('normal_accuracy')):.4f}", ""])
+        for link in result.options["links"]:
+            step, projected = cell.values(f"{link}_ms"), cell.values(f"{link}_projected_ms")
+            tta = cell.values(f"{link}_tta")
+            error = (median(projected) - median(step)) / median(step)
+            rows.append([model, batch, f"{machines} machines, link {link}",
+                         f"{median(cell.values(f'{link}_mbit_per_s')):,.0f} / {median(cell.values(f'{link}_round_trip_us')):.0f}",
+                         spread(step), f"{median(projected):.2f} ({error:+.0%})", spread(cell.values(f"{link}_speed")) + "x",
+                         f"{median(cell.values(f'{link}_accuracy')):.4f}",
+                         spread(tta) + "x" if len(tta) == len(cell.rounds) else "not reached"])
+    return (["model", "per-replica batch", "run", "link Mbit/s / round trip µs (measured, ring loaded)", "ms/step",
+             "projected ms/step (error on the medians)", "speed vs normal", "val accuracy", "time to accuracy vs normal"],
+            rows)
 
 
-if __name__ == "__main__":
-    main()

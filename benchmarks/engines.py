@@ -12,7 +12,7 @@ multi_worker_mirrored, 2 workers, the seed MLP on 12,000 digits, on 2 test hosts
 
 Slurm's and Ray's clusters are started once, before the rounds, as a user's
 are already running (their start-up is printed apart). Each round runs every
-engine once, in an order that rotates round by round; the table gives medians
+engine once, in the same order; the table gives medians
 and spreads of: the wall time from launch to the last process's exit; the
 chief's own start to its first step (``startup_seconds``, from its process's
 start: an engine's placing of it comes before); the wall time outside
@@ -24,7 +24,8 @@ Needs root, iproute2, Debian's slurm-wlm and munge (``make slurm``) and Ray.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -32,10 +33,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/helpers: the test hosts
-from benchmarks.common import spread, step_ms, table
+from benchmarks.common import step_ms  # noqa: E402
+from benchmarks.harness import Options  # noqa: E402
+from benchmarks.results import Result, median, spread  # noqa: E402
 from benchmarks.strategies import data_folder, report, stage_command  # noqa: E402
 
 from helpers import netns, ray_nodes, slurm  # noqa: E402
@@ -52,87 +57,107 @@ def wait(processes: list[subprocess.Popen], logs: list[Path], name: str) -> None
             raise SystemExit(f"{name}: exited {process.returncode}:\n{log.read_text()[-3000:]}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
-    args = parser.parse_args()
+TITLE = "multi_worker_mirrored across 2 test hosts under each engine: wall time, start-up and the steady step"
+DEFAULTS = {"models": ("mlp",), "batches": (25,)}
+
+
+@dataclass
+class Context:
+    """The test hosts with Slurm and Ray up on them, the scratch folder and data, and the stage's settings."""
+
+    root: Path
+    data: Path
+    hosts: Any
+    slurm: Any
+    ray: Any
+    sets: list[str]
+    env: dict[str, str]
+    runs: itertools.count
+    stack: contextlib.ExitStack
+
+
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"engine": label} for label in ENGINES]
+
+
+def setup(options: Options) -> Context:
     for reason in (netns.available(), slurm.available()):
         if reason:
-            raise SystemExit(reason)
+            raise SystemExit(f"error: {reason}")
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-engines-"))
-    data = data_folder(root)
-    sets = [f"train.epochs={args.epochs}", "train.batch_size=25", "distributed.workers=2"]
+    stack = contextlib.ExitStack()
+    hosts = stack.enter_context(netns.TestHosts(2))
+    started = time.monotonic()
+    (root / "slurm").mkdir()
+    cluster = slurm.PrivateSlurm(root / "slurm", hosts)
+    cluster.start()
+    stack.callback(cluster.stop)
+    print(f"Slurm: slurmctld and 2 slurmd up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    started = time.monotonic()
+    ray = stack.enter_context(ray_nodes.RayNodes(hosts, root))
+    print(f"Ray: 2 nodes up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    sets = [f"model.kind={options.models[0]}", f"train.epochs={options.epochs}", f"train.batch_size={options.batches[0]}",
+            "distributed.workers=2"]
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-
-    with netns.TestHosts(2) as hosts:
-        started = time.monotonic()
-        cluster = slurm.PrivateSlurm(root / "slurm", hosts)
-        (root / "slurm").mkdir()
-        cluster.start()
-        print(f"Slurm: slurmctld and 2 slurmd up in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        started = time.monotonic()
-        with ray_nodes.RayNodes(hosts, root) as ray:
-            print(f"Ray: 2 nodes up in {time.monotonic() - started:.1f} s", file=sys.stderr)
-
-            def local(name: str) -> None:
-                log = root / f"{name}.log"
-                wait([hosts.start(0, stage_command(root, data, name, "multi_worker_mirrored", sets), env, REPO, log)],
-                     [log], name)
-
-            def by_hand(name: str) -> None:
-                tasks = {"worker": [f"{address}:{PORT}" for address in hosts.addresses]}
-                logs = [root / f"{name}-{i}.log" for i in range(2)]
-                wait([hosts.start(i, stage_command(root, data, name, "multi_worker_mirrored", sets),
-                                  {**env, "TF_CONFIG": json.dumps({"cluster": tasks, "task": {"type": "worker", "index": i}})},
-                                  REPO, logs[i]) for i in range(2)], logs, name)
-
-            def on_slurm(name: str) -> None:
-                log = root / f"{name}.log"
-                command = cluster.client(["srun", "-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                                          *stage_command(root, data, name, "multi_worker_mirrored", sets)])
-                with open(log, "w") as out:
-                    done = subprocess.run(command, cwd=REPO, env={**env, "SLURM_CONF": cluster.env["SLURM_CONF"]},
-                                          stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT)
-                if done.returncode:
-                    raise SystemExit(f"{name}: srun exited {done.returncode}:\n{log.read_text()[-3000:]}")
-
-            def on_ray(name: str) -> None:
-                log = root / f"{name}.log"
-                command = stage_command(root, data, name, "multi_worker_mirrored",
-                                        [*sets, "distributed.launcher=ray", f"distributed.ray_address={ray.address}"])
-                wait([hosts.start(0, command, {**env, **ray_nodes.TOKEN}, REPO, log)], [log], name)
-
-            engines: dict[str, Callable[[str], None]] = {
-                "local launcher (2 workers on host 0)": local, "TF_CONFIG by hand": by_hand,
-                "Slurm (srun -N2)": on_slurm, "Ray (2 nodes)": on_ray}
-            runs: dict[str, list[dict]] = {label: [] for label in engines}
-            labels = list(engines)
-            try:
-                for round_ in range(args.rounds):
-                    for label in labels[round_ % len(labels):] + labels[:round_ % len(labels)]:
-                        name = f"r{round_}-{labels.index(label)}"
-                        started = time.monotonic()
-                        engines[label](name)
-                        wall = time.monotonic() - started
-                        found = report(root, name)
-                        runs[label].append({"wall": wall, "startup": found["startup_seconds"],
-                                            "outside": wall - found["train_seconds"],
-                                            "step": step_ms(found),
-                                            "hosts": len(found["hardware"]["hosts"])})
-                        print(f"round {round_ + 1} {label}: {wall:.1f} s", file=sys.stderr, flush=True)
-            finally:
-                cluster.stop()
-
-    def cell(results: list[dict], key: str, digits: int = 1) -> str:
-        return spread([result[key] for result in results], digits)
-
-    print(f"multi_worker_mirrored, 2 workers, mlp, batch 25, 12,000 digits, {args.epochs} epochs; "
-          f"median (lowest-highest) of {args.rounds} rounds")
-    print(table(["engine", "hosts", "wall (s)", "chief's start to fit (s)", "outside fit (s)", "steady step (ms)"],
-                [[label, results[0]["hosts"], cell(results, "wall"), cell(results, "startup"),
-                  cell(results, "outside"), cell(results, "step", 2)] for label, results in runs.items()]))
+    return Context(root, data_folder(root), hosts, cluster, ray, sets, env, itertools.count(), stack)
 
 
-if __name__ == "__main__":
-    main()
+def teardown(context: Context) -> None:
+    context.stack.close()
+
+
+def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[str, float]:
+    name = f"run{next(context.runs)}"
+    started = time.monotonic()
+    ENGINES[cell["engine"]](context, name)
+    wall = time.monotonic() - started
+    found = report(context.root, name)
+    return {"wall_s": wall, "startup_s": found["startup_seconds"], "outside_fit_s": wall - found["train_seconds"],
+            "step_ms": step_ms(found), "hosts": len(found["hardware"]["hosts"])}
+
+
+def _command(context: Context, name: str, *extra: str) -> list[str]:
+    return stage_command(context.root, context.data, name, "multi_worker_mirrored", [*context.sets, *extra])
+
+
+def local(context: Context, name: str) -> None:
+    log = context.root / f"{name}.log"
+    wait([context.hosts.start(0, _command(context, name), context.env, REPO, log)], [log], name)
+
+
+def by_hand(context: Context, name: str) -> None:
+    tasks = {"worker": [f"{address}:{PORT}" for address in context.hosts.addresses]}
+    logs = [context.root / f"{name}-{i}.log" for i in range(2)]
+    envs = [{**context.env, "TF_CONFIG": json.dumps({"cluster": tasks, "task": {"type": "worker", "index": i}})}
+            for i in range(2)]
+    wait([context.hosts.start(i, _command(context, name), envs[i], REPO, logs[i]) for i in range(2)], logs, name)
+
+
+def on_slurm(context: Context, name: str) -> None:
+    log = context.root / f"{name}.log"
+    command = context.slurm.client(["srun", "-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *_command(context, name)])
+    with open(log, "w") as out:
+        done = subprocess.run(command, cwd=REPO, env={**context.env, "SLURM_CONF": context.slurm.env["SLURM_CONF"]},
+                              stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT)
+    if done.returncode:
+        raise SystemExit(f"{name}: srun exited {done.returncode}:\n{log.read_text()[-3000:]}")
+
+
+def on_ray(context: Context, name: str) -> None:
+    log = context.root / f"{name}.log"
+    command = _command(context, name, "distributed.launcher=ray", f"distributed.ray_address={context.ray.address}")
+    wait([context.hosts.start(0, command, {**context.env, **ray_nodes.TOKEN}, REPO, log)], [log], name)
+
+
+ENGINES: dict[str, Callable[[Context, str], None]] = {
+    "local launcher (2 workers on host 0)": local, "TF_CONFIG by hand": by_hand, "Slurm (srun -N2)": on_slurm,
+    "Ray (2 nodes)": on_ray}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    return (["engine", "hosts", "wall (s)", "chief's start to fit (s)", "outside fit (s)", "steady step (ms)"],
+            [[cell.params["engine"], f"{median(cell.values('hosts')):.0f}", spread(cell.values("wall_s"), 1),
+              spread(cell.values("startup_s"), 1), spread(cell.values("outside_fit_s"), 1), spread(cell.values("step_ms"))]
+             for cell in result.cells])
+
+

@@ -6,7 +6,8 @@ and pyperf's shape):
 - ``TITLE``: one line, what it measures;
 - ``DEFAULTS``: its defaults for the shared options (:class:`Options`);
 - ``cells(options)``: the cells, each a dict of parameters (a model kind, a batch, a setting);
-- ``setup(options)``: what every cell shares (a scratch folder, the data), once per run;
+- ``setup(options)``: what every cell shares (a scratch folder, the data, test hosts), once per run;
+  ``teardown(context)`` (optional) releases it, whatever happened;
 - ``measure(cell, context, options)``: one round of one cell, as ``{metric: value}``;
 - ``table(result)`` (optional): its table's headers and rows, from the stored result
   (:func:`benchmarks.results.default_table` otherwise: a row per cell, every metric's median and range).
@@ -130,18 +131,23 @@ def run(name: str, argv: Sequence[str]) -> results.Result | None:
     started, steal = time.time(), results.steal_seconds()
     rounds: list[list[dict[str, float]]] = [[] for _ in cells]
     skipped: dict[int, str] = {}
-    for round_ in range(options.rounds):
-        for index, cell in enumerate(cells):
-            if index in skipped:
-                continue
-            try:
-                measured = module.measure(cell, context, options)
-            except Unsupported as why:
-                skipped[index] = str(why)
-                continue
-            rounds[index].append(measured)
-            shown = ", ".join(f"{key} {value:.4g}" for key, value in measured.items())
-            print(f"round {round_ + 1}/{options.rounds} {results.cell_label(cell)}: {shown}", file=sys.stderr, flush=True)
+    try:
+        for round_ in range(options.rounds):
+            for index, cell in enumerate(cells):
+                if index in skipped:
+                    continue
+                try:
+                    measured = module.measure(cell, context, options)
+                except Unsupported as why:
+                    skipped[index] = str(why)
+                    continue
+                rounds[index].append(measured)
+                shown = ", ".join(f"{key} {value:.4g}" for key, value in measured.items() if value is not None)
+                print(f"round {round_ + 1}/{options.rounds} {results.cell_label(cell)}: {shown}", file=sys.stderr,
+                      flush=True)
+    finally:
+        if hasattr(module, "teardown"):
+            module.teardown(context)
     result = results.Result(
         benchmark=name, title=module.TITLE, command=f"python -m benchmarks {name} {shlex.join(argv)}".strip(),
         date=time.strftime("%Y-%m-%d", time.gmtime(started)), commit=commit, machine=machine,

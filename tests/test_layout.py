@@ -122,3 +122,16 @@ def test_the_library_never_imports_click_nor_the_command_line():
     offenders = sorted(module_name(path) for path in (SRC / "tfdist").rglob("*.py")
                        if {name.split(".")[0] for name in imported_names(path)} & {"click", "tfdist_cli", "stages"})
     assert not offenders, offenders
+
+
+def test_no_function_is_over_60_lines():
+    """A function longer than a screen is read in pieces: split it where its parts have names."""
+    import ast
+
+    long = []
+    for folder in ("src", "stages", "benchmarks"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
+    assert not long, long

@@ -32,7 +32,7 @@ from tfdist_cli.serving import LOOPBACK_HOSTS, check_free
 log = logging.getLogger(__name__)
 
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-#: Seconds SeaweedFS gets to answer S3 requests (about 3 s here) before the start is declared failed.
+#: Seconds SeaweedFS gets to answer S3 requests (docs/teams.md has its start times) before the start is declared failed.
 START_TIMEOUT = 60.0
 #: Seconds SeaweedFS gets to stop after SIGTERM before it is killed. Its graceful stop takes 15 s
 #: or more (the filer waits that long for the S3 gateway's own subscription to end), and what it

@@ -19,7 +19,7 @@ from tfdist.errors import InputError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: MLflow's server runs GenAI jobs (prompt optimisation, scorers, trace roll-ups) in huey consumers it starts
-#: beside the server, about seven processes each importing MLflow (~30 s of CPU a start, then idle) for
+#: beside the server, several processes each importing MLflow (their cost: docs/teams.md) for
 #: features tfdist does not use. Off unless the environment says otherwise (true turns them back on).
 JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 

@@ -59,7 +59,7 @@ _TOKEN_FILE = Path.home() / ".ray" / "auth_token"
 _TOKEN_HINT = "a cluster with token authentication needs its token in RAY_AUTH_TOKEN or ~/.ray/auth_token"
 #: Seconds to wait for a Ray cluster's address to accept a connection before giving up.
 RAY_CONNECT_TIMEOUT = 10.0
-#: Seconds ray.init may take to start or join a cluster (a local one starts in ~6 s here).
+#: Seconds ray.init may take to start or join a cluster (a local one's start, docs/cluster.md, many times over).
 RAY_INIT_TIMEOUT = 90.0
 #: Seconds the actors of placed tasks may take to start and report their addresses.
 ACTOR_START_TIMEOUT = 120.0
@@ -285,8 +285,7 @@ def _give_up(where: str) -> None:
 def _check_reachable(address: str) -> None:
     """Fail in seconds, naming the address, when a Ray cluster to join does not answer (exit 2: fix the address).
 
-    ``ray.init`` itself retries an unreachable address for minutes (measured
-    here: still waiting after 200 s). ``auto`` finds the address Ray's own
+    ``ray.init`` itself retries an unreachable address for minutes. ``auto`` finds the address Ray's own
     ``ray start`` left on this machine, and fails fast by itself.
     """
     if address == "auto":

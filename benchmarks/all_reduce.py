@@ -10,42 +10,38 @@ ring collectives, so the two should agree; NCCL needs GPUs on every worker.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
-from pathlib import Path
+from typing import Any
 
-from benchmarks.common import median, step_ms, table
-from benchmarks.strategies import data_folder, run  # noqa: E402
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+from benchmarks.stage import StageRuns
 
+TITLE = "multi_worker_mirrored's ms/step with distributed.all_reduce auto and ring, 2 workers on loopback"
+DEFAULTS = {"models": ("mlp",)}
 IMPLEMENTATIONS = ("auto", "ring")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batches", type=int, nargs="+", default=[25, 256])
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-allreduce-"))
-    data = data_folder(root)
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"model": model, "batch": batch, "all_reduce": name}
+            for model in options.models for batch in options.batches for name in IMPLEMENTATIONS]
+
+
+def setup(options: Options) -> StageRuns:
+    return StageRuns.make("allreduce")
+
+
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
+    found = context.train("multi_worker_mirrored", [
+        f"distributed.all_reduce={cell['all_reduce']}", "distributed.workers=2", f"model.kind={cell['model']}",
+        f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"])
+    return {"ms_per_step": found["step_ms"]}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
     rows = []
-    for batch in args.batches:
-        steps: dict[str, list[float]] = {name: [] for name in IMPLEMENTATIONS}
-        for round_ in range(args.rounds):
-            for name in IMPLEMENTATIONS:
-                report = run(root, data, f"b{batch}-r{round_}-{name}", "multi_worker_mirrored", [
-                    f"distributed.all_reduce={name}", "distributed.workers=2", f"train.batch_size={batch}",
-                    f"train.epochs={args.epochs}"])
-                steps[name].append(step_ms(report))
-                print(f"batch {batch} round {round_ + 1} {name}: {steps[name][-1]:.2f} ms/step", file=sys.stderr, flush=True)
-        base = median(steps["auto"])
-        for name in IMPLEMENTATIONS:
-            rows.append([batch, name, f"{median(steps[name]):.2f}", " ".join(f"{s:.2f}" for s in steps[name]),
-                         f"{median(steps[name]) / base:.2f}x"])
-    print(f"multi_worker_mirrored, 2 workers on loopback, median of {args.rounds} alternating rounds")
-    print(table(["per-replica batch", "all_reduce", "ms/step", "runs (ms/step)", "vs auto"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for cell in result.cells:
+        auto = result.cell(model=cell.params["model"], batch=cell.params["batch"], all_reduce="auto")
+        rows.append([cell.params["model"], str(cell.params["batch"]), cell.params["all_reduce"],
+                     spread(cell.values("ms_per_step")),
+                     f"{median(cell.values('ms_per_step')) / median(auto.values('ms_per_step')):.2f}x"])
+    return ["model", "per-replica batch", "all_reduce", "ms/step", "vs auto"], rows

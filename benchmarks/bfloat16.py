@@ -16,52 +16,49 @@ validation accuracy (mlp 0.90, cnn 0.95) against float32.
 from __future__ import annotations
 
 import sys
-import tempfile
-from collections import defaultdict
-from pathlib import Path
+from typing import Any
 
-from benchmarks.common import median, model_rounds, model_rounds_options, spread, table  # noqa: E402
-from benchmarks.strategies import TARGETS, add_against, data_folder, measured, run  # noqa: E402
-from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
-from tfdist.train.precision import hardware_support  # noqa: E402
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+from benchmarks.stage import TARGETS, StageRuns
+from tfdist.compare.compute import time_to_accuracy
+from tfdist.train.precision import hardware_support
 
+TITLE = "Normal training in mixed_bfloat16 against float32: the step, the speed and the time to accuracy"
 PRECISIONS = ("float32", "mixed_bfloat16")
 
 
-def main() -> None:
-    args = model_rounds_options(__doc__)
+def cells(options: Options) -> list[dict[str, Any]]:
+    if unknown := sorted(set(options.models) - set(TARGETS)):
+        raise SystemExit(f"error: --models {unknown}: no target accuracy for them; choose from {sorted(TARGETS)}")
+    return [{"model": model, "batch": batch} for model in options.models for batch in options.batches]
+
+
+def setup(options: Options) -> StageRuns:
     support = hardware_support("mixed_bfloat16")
-    print(f"{cpu_model()}, {len(usable_cpus())} CPU(s): bfloat16 unit {'yes' if support.can_be_faster else 'no'} "
-          f"({support.reason})", flush=True)
-    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-bfloat16-"))
-    data = data_folder(root)
-    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for round_, model, batch, sets in model_rounds(args):
-        runs = {}
-        for precision in PRECISIONS:
-            name = f"r{round_}-{model}-b{batch}-{precision}"
-            run(root, data, name, "default", [*sets, f"train.precision={precision}"])
-            runs[precision] = measured(root, name)
-        for precision, found in runs.items():
-            cell = cells[(model, batch, precision)]
-            add_against(cell, found, runs["float32"], TARGETS[model])
-            print(f"round {round_ + 1} {model} batch {batch} {precision}: {found['step_ms']:.2f} ms/step, "
-                  f"{cell['speed'][-1]:.2f}x float32, val accuracy {found['val_accuracy']:.4f}",
-                  file=sys.stderr, flush=True)
+    print(f"bfloat16 unit: {'yes' if support.can_be_faster else 'no'} ({support.reason})", file=sys.stderr)
+    return StageRuns.make("bfloat16")
+
+
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
+    """Both precisions one after the other, so each round sets them side by side."""
+    sets = [f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
+    base, bf16 = (context.train("default", [*sets, f"train.precision={p}"]) for p in PRECISIONS)
+    target = TARGETS[cell["model"]]
+    tta, base_tta = time_to_accuracy(bf16["history"], target), time_to_accuracy(base["history"], target)
+    return {"float32_ms": base["step_ms"], "bfloat16_ms": bf16["step_ms"],
+            "speed": bf16["steady_samples_per_second"] / base["steady_samples_per_second"],
+            "time_to_accuracy": base_tta[1] / tta[1] if tta and base_tta else None,
+            "float32_accuracy": base["val_accuracy"], "bfloat16_accuracy": bf16["val_accuracy"]}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
     rows = []
-    for model in args.models:
-        for batch in args.batches:
-            for precision in PRECISIONS:
-                cell = cells[(model, batch, precision)]
-                rows.append([model, batch, precision, spread(cell["step"]), spread(cell["speed"]) + "x",
-                             spread(cell["tta"]) + "x" if len(cell["tta"]) == args.rounds else "not reached",
-                             f"{median(cell['accuracy']):.4f}"])
-    print(f"normal training on {len(usable_cpus())} CPU(s) ({cpu_model()}), 12,000 digits, {args.epochs} epochs, "
-          f"median (lowest-highest) of {args.rounds} alternating rounds; time to accuracy to "
-          + ", ".join(f"{model} {TARGETS[model]}" for model in args.models))
-    print(table(["model", "batch", "precision", "ms/step", "speed vs float32", "time to accuracy vs float32",
-                 "val accuracy"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for c in result.cells:
+        tta = c.values("time_to_accuracy")
+        rows.append([c.params["model"], str(c.params["batch"]), spread(c.values("float32_ms")),
+                     spread(c.values("bfloat16_ms")), spread(c.values("speed")) + "x",
+                     spread(tta) + "x" if len(tta) == len(c.rounds) else "not reached",
+                     f"{median(c.values('float32_accuracy')):.4f} / {median(c.values('bfloat16_accuracy')):.4f}"])
+    return (["model", "batch", "float32 (ms/step)", "mixed_bfloat16 (ms/step)", "bfloat16's speed vs float32",
+             "time to accuracy vs float32", "val accuracy (float32 / bfloat16)"], rows)

@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/helpers: the test hosts
 from benchmarks.harness import Options  # noqa: E402
 from benchmarks.results import Result, median, spread  # noqa: E402
-from benchmarks.strategies import TARGETS, data_folder, measured, run, stage_command  # noqa: E402
+from benchmarks.stage import TARGETS, data_folder, measured, run, stage_command  # noqa: E402
 from tfdist.cluster.processes import task_cpus  # noqa: E402
 from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
 from tfdist.config import CompareConfig  # noqa: E402

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tes
 from benchmarks.common import step_ms  # noqa: E402
 from benchmarks.harness import Options  # noqa: E402
 from benchmarks.results import Result, median, spread  # noqa: E402
-from benchmarks.strategies import data_folder, report, stage_command  # noqa: E402
+from benchmarks.stage import data_folder, report, stage_command  # noqa: E402
 
 from helpers import netns, ray_nodes, slurm  # noqa: E402
 

@@ -37,7 +37,7 @@ from benchmarks import results
 
 PACKAGE = Path(__file__).parent
 #: Modules of this package that are not benchmarks.
-NOT_BENCHMARKS = {"__init__", "__main__", "harness", "results", "docs", "common", "procfs"}
+NOT_BENCHMARKS = {"__init__", "__main__", "harness", "results", "docs", "common", "procfs", "stage"}
 
 
 class Unsupported(Exception):

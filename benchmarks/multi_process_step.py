@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import median, step_ms, table
-from benchmarks.strategies import data_folder, run  # noqa: E402
+from benchmarks.stage import data_folder, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = [  # label, strategy, overrides, units taking steps at once

@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import step_ms
 from benchmarks.harness import Options
 from benchmarks.results import Result, median, spread
-from benchmarks.strategies import data_folder, run
+from benchmarks.stage import data_folder, run
 
 TITLE = "The train stage's ms/step at TensorFlow's oneDNN default and with oneDNN enabled"
 SETTINGS = ("tensorflow", "enabled")

@@ -11,51 +11,49 @@ the busiest device, bytes moved per step, and the bubble measured and in theory.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
-from pathlib import Path
+from typing import Any
 
-from benchmarks.common import median, step_ms, table
-from benchmarks.strategies import data_folder, run  # noqa: E402
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+from benchmarks.stage import StageRuns
 
-CONFIGS = [  # label, strategy, overrides
-    ("normal", "default", []),
-    ("mirrored x2 (data)", "mirrored", []),
-    ("model_parallel x2 (model)", "model_parallel", []),
-    ("pipeline_parallel x2, M=5", "pipeline_parallel", ["distributed.micro_batches=5"]),
-    ("pipeline_parallel x2, M=25", "pipeline_parallel", ["distributed.micro_batches=25"]),
-]
+TITLE = "Data, model and pipeline parallelism on one model, custom loop: speed, what a device holds and moves, the bubble"
+DEFAULTS = {"models": ("mlp",), "batches": (25,), "rounds": 2}
+CONFIGS = {  # label: strategy, overrides
+    "normal": ("default", []),
+    "mirrored x2 (data)": ("mirrored", []),
+    "model_parallel x2 (model)": ("model_parallel", []),
+    "pipeline_parallel x2, M=5": ("pipeline_parallel", ["distributed.micro_batches=5"]),
+    "pipeline_parallel x2, M=25": ("pipeline_parallel", ["distributed.micro_batches=25"]),
+}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=3)
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-paradigms-"))
-    data = data_folder(root)
-    reports: dict[str, list[dict]] = {label: [] for label, _, _ in CONFIGS}
-    for round_ in range(args.rounds):
-        for i, (label, strategy, sets) in enumerate(CONFIGS):
-            reports[label].append(run(root, data, f"r{round_}-{i}", strategy, [
-                *sets, "train.loop=custom", "train.batch_size=25", f"train.epochs={args.epochs}"]))
-            print(f"round {round_ + 1} {label}: {reports[label][-1]['steady_samples_per_second']:,.0f} samples/s",
-                  file=sys.stderr, flush=True)
-    base = median([r["steady_samples_per_second"] for r in reports["normal"]])
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"model": model, "batch": batch, "run": label}
+            for model in options.models for batch in options.batches for label in CONFIGS]
+
+
+def setup(options: Options) -> StageRuns:
+    return StageRuns.make("paradigms")
+
+
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
+    strategy, sets = CONFIGS[cell["run"]]
+    found = context.train(strategy, [*sets, "train.loop=custom", f"model.kind={cell['model']}",
+                                     f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"])
+    return {"samples_per_second": found["steady_samples_per_second"], "ms_per_step": found["step_ms"],
+            "params_per_device": max(found["params_per_device"]), "bytes_per_step": found["bytes_per_step"],
+            "bubble": found["bubble"], "bubble_theory": found["bubble_theory"]}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
     rows = []
-    for label, runs in reports.items():
-        speed = median([r["steady_samples_per_second"] for r in runs])
-        step_ms = median([step_ms(r) for r in runs])
-        bubbles = [r["bubble"] for r in runs if r["bubble"] is not None]
-        theory = runs[0]["bubble_theory"]
-        rows.append([label, speed, f"{step_ms:.2f}", f"{speed / base:.2f}x", f"{max(runs[0]['params_per_device']):,}",
-                     f"{runs[0]['bytes_per_step']:,}",
-                     f"{median(bubbles):.0%}" if bubbles else "–", f"{theory:.0%}" if theory is not None else "–"])
-    print(f"custom loop, per-replica batch 25, 12,000 digits, {args.epochs} epochs, median of {args.rounds} rounds")
-    print(table(["run", "samples/s", "ms/step", "vs normal", "parameters on a device", "bytes moved per step",
-                 "bubble measured", "bubble in theory"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for c in result.cells:
+        normal = result.cell(model=c.params["model"], batch=c.params["batch"], run="normal")
+        bubble, theory = c.values("bubble"), c.values("bubble_theory")
+        rows.append([c.params["run"], spread(c.values("samples_per_second"), 0), spread(c.values("ms_per_step")),
+                     f"{median(c.values('samples_per_second')) / median(normal.values('samples_per_second')):.2f}x",
+                     f"{median(c.values('params_per_device')):,.0f}", f"{median(c.values('bytes_per_step')):,.0f}",
+                     f"{median(bubble):.0%}" if bubble else "–", f"{median(theory):.0%}" if theory else "–"])
+    return (["run", "samples/s", "ms/step", "vs normal", "parameters on a device", "bytes moved per step",
+             "bubble measured", "bubble in theory"], rows)

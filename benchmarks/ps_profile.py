@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.strategies import data_folder, stage_command  # noqa: E402
+from benchmarks.stage import data_folder, stage_command  # noqa: E402
 from tfdist.cluster.ports import free_ports  # noqa: E402
 from tfdist.train.server import PROFILER_PORT_ENV, profiler_order  # noqa: E402
 

@@ -15,56 +15,49 @@ cluster that one machine training alone does not pay.
 from __future__ import annotations
 
 import subprocess
-import sys
-import tempfile
-from collections import defaultdict
-from pathlib import Path
+from typing import Any
 
-from benchmarks.common import median, model_rounds, model_rounds_options, spread, step_ms, table
-from benchmarks.strategies import data_folder, report, stage_command  # noqa: E402
-from tfdist.hardware import cpu_model, usable_cpus  # noqa: E402
+from benchmarks.common import step_ms
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+from benchmarks.stage import StageRuns, report, stage_command
+from tfdist.hardware import usable_cpus
+
+TITLE = "Normal training pinned to one CPU, alone and beside a twin on the other CPU"
 
 
-def steps_ms(root: Path, data: Path, names: list[str], sets: list[str]) -> list[float]:
+def cells(options: Options) -> list[dict[str, Any]]:
+    if len(usable_cpus()) < 2:
+        raise SystemExit("error: this needs 2 CPUs or more")
+    return [{"model": model, "batch": batch} for model in options.models for batch in options.batches]
+
+
+def setup(options: Options) -> StageRuns:
+    return StageRuns.make("shared-cores")
+
+
+def steps_ms(context: StageRuns, names: list[str], sets: list[str]) -> list[float]:
     """Normal training once per name, all at the same time, the i-th pinned to the i-th CPU: each one's ms/step."""
     cpus = usable_cpus()
-    processes = [subprocess.Popen(["taskset", "-c", str(cpus[i]), *stage_command(root, data, name, "default", sets)],
+    processes = [subprocess.Popen(["taskset", "-c", str(cpus[i]),
+                                   *stage_command(context.root, context.data, name, "default", sets)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                  for i, name in enumerate(names)]
     for name, process in zip(names, processes, strict=True):
         _, err = process.communicate(timeout=1800)
         if process.returncode:
             raise SystemExit(f"{name}: the train stage exited {process.returncode}:\n{err[-2000:]}")
-    return [step_ms(found)
-            for found in (report(root, name) for name in names)]
+    return [step_ms(report(context.root, name)) for name in names]
 
 
-def main() -> None:
-    args = model_rounds_options(__doc__)
-    if len(usable_cpus()) < 2:
-        raise SystemExit("this needs 2 CPUs or more")
-    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-shared-cores-"))
-    data = data_folder(root)
-    steps: dict[tuple, list[float]] = defaultdict(list)
-    for round_, model, batch, sets in model_rounds(args):
-        tag = f"r{round_}-{model}-b{batch}"
-        (alone,) = steps_ms(root, data, [f"{tag}-alone"], sets)
-        beside, _twin = steps_ms(root, data, [f"{tag}-beside", f"{tag}-twin"], sets)
-        steps[(model, batch, "alone")].append(alone)
-        steps[(model, batch, "beside")].append(beside)
-        print(f"round {round_ + 1} {model} batch {batch}: {alone:.2f} ms/step alone, {beside:.2f} beside a twin",
-              file=sys.stderr, flush=True)
-    rows = []
-    for model in args.models:
-        for batch in args.batches:
-            alone, beside = steps[(model, batch, "alone")], steps[(model, batch, "beside")]
-            rows.append([model, batch, spread(alone),
-                         spread(beside),
-                         f"{median(beside) / median(alone):.2f}x"])
-    print(f"normal training pinned to CPU 0 ({cpu_model()}), alone and beside a twin on CPU 1, 12,000 digits, "
-          f"{args.epochs} epochs, median (lowest-highest) ms/step of {args.rounds} alternating rounds")
-    print(table(["model", "batch", "alone", "beside a twin", "slower by"], rows))
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
+    sets = [f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
+    (alone,) = steps_ms(context, [context.name()], sets)
+    beside, _twin = steps_ms(context, [context.name(), context.name()], sets)
+    return {"alone_ms": alone, "beside_ms": beside}
 
 
-if __name__ == "__main__":
-    main()
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    rows = [[c.params["model"], str(c.params["batch"]), spread(c.values("alone_ms")), spread(c.values("beside_ms")),
+             f"{median(c.values('beside_ms')) / median(c.values('alone_ms')):.2f}x"] for c in result.cells]
+    return ["model", "batch", "alone (ms/step)", "beside a twin (ms/step)", "slower by"], rows

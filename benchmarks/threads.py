@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks.common import step_ms
 from benchmarks.harness import Options
 from benchmarks.results import Result, median, spread
-from benchmarks.strategies import data_folder, run
+from benchmarks.stage import data_folder, run
 from tfdist.hardware import usable_cpus
 
 TITLE = "Normal training's ms/step at 1 thread per op and at every core"

@@ -1,0 +1,104 @@
+"""What the benchmarks that run the real train stage share: the tiled data, the stage's command, its report.
+
+:class:`StageRuns` is the context such a benchmark's ``setup`` returns: a scratch
+folder with the prepared digits tiled to :data:`ROWS`, and names for its runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import PREPARED, prepared, step_ms
+from tfdist.compare.compute import time_to_accuracy
+from tfdist.reports import read_history
+
+#: Training digits each run reads: the offline sample tiled, so per-epoch costs weigh as on a larger set.
+ROWS = 12_000
+
+
+@dataclass
+class StageRuns:
+    """A scratch folder with the tiled data, where train stages run one after another under fresh names."""
+
+    root: Path
+    data: Path
+    names: itertools.count = field(default_factory=itertools.count)
+
+    @classmethod
+    def make(cls, prefix: str) -> StageRuns:
+        root = Path(tempfile.mkdtemp(prefix=f"tfdist-bench-{prefix}-"))
+        return cls(root, data_folder(root))
+
+    def name(self) -> str:
+        return f"run{next(self.names)}"
+
+    def train(self, strategy: str, sets: list[str], *, prefix: tuple[str, ...] = ()) -> dict:
+        """One train stage under a fresh name: its report, with its step in ms and its per-epoch history."""
+        name = self.name()
+        run(self.root, self.data, name, strategy, sets, prefix=prefix)
+        return measured(self.root, name)
+
+
+def data_folder(root: Path) -> Path:
+    folder = root / "prepared"
+    folder.mkdir()
+    train = prepared("train", ROWS)
+    np.savez(folder / "train.npz", x=train.x, y=train.y)
+    for split in ("val", "test"):
+        (folder / f"{split}.npz").write_bytes((PREPARED / f"{split}.npz").read_bytes())
+    return folder
+
+
+def stage_command(root: Path, data: Path, name: str, strategy: str, sets: list[str]) -> list[str]:
+    """The train stage on ``data``, its outputs and MLflow store (models not logged) under ``root``."""
+    return [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name, "--data", str(data),
+            "--models", str(root / "models"), "--reports", str(root / "reports"), "--backups", str(root / "backups"),
+            *(arg for item in [*sets, "mlflow.log_models=false", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"]
+              for arg in ("--set", item))]
+
+
+def report(root: Path, name: str) -> dict:
+    return json.loads((root / "reports" / f"{name}.json").read_text())
+
+
+#: Validation accuracy each model's time to accuracy is measured to: one normal training reaches in 3 epochs.
+TARGETS = {"mlp": 0.90, "cnn": 0.95}
+
+
+def measured(root: Path, name: str) -> dict:
+    """The run's report, with its step in ms and its per-epoch history (for time to accuracy)."""
+    found = report(root, name)
+    found["step_ms"] = step_ms(found)
+    found["history"] = read_history(root / "reports" / "history" / f"{name}.csv")
+    return found
+
+
+def add_against(cell: dict[str, list[float]], found: dict, base: dict, target: float) -> None:
+    """Append to ``cell`` a measured run's step, accuracy, and speed and time to ``target`` against ``base``'s."""
+    cell["step"].append(found["step_ms"])
+    cell["speed"].append(found["steady_samples_per_second"] / base["steady_samples_per_second"])
+    cell["accuracy"].append(found["val_accuracy"])
+    tta, base_tta = time_to_accuracy(found["history"], target), time_to_accuracy(base["history"], target)
+    if tta and base_tta:
+        cell["tta"].append(base_tta[1] / tta[1])
+
+
+def run(root: Path, data: Path, name: str, strategy: str, sets: list[str], checkout: Path | None = None,
+        prefix: tuple[str, ...] = ()) -> dict:
+    """The report of one train stage run; ``checkout``: another checkout of tfdist whose code runs instead;
+    ``prefix``: a command to run it under (e.g. ``taskset -c 0``)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")} if checkout else None
+    command = [*prefix, *stage_command(root, data, name, strategy, sets)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=checkout, env=env)
+    if done.returncode:
+        raise SystemExit(f"{name}: the train stage exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return report(root, name)

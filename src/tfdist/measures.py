@@ -24,8 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-#: The comparison's tables, in the order the report shows them.
-TABLES = ("setup", "results", "costs")
+#: The comparison's tables: the runs' setup, their results, what each kind of distribution holds and moves.
 Table = Literal["setup", "results", "costs"]
 Better = Literal["higher", "lower"]
 _KEY = "measure"

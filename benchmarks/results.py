@@ -82,13 +82,15 @@ def machine() -> dict[str, Any]:
 
 
 def commit() -> str:
-    """The checkout's commit, ``+dirty`` where files differ from it (unknown outside git)."""
+    """The checkout's commit, ``+dirty`` where its code differs from it (unknown outside git)."""
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent)
         return done.stdout.strip() if done.returncode == 0 else ""
 
     head = git("rev-parse", "--short=10", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    # what can change a measurement: the code and its lock, not the docs or the stored results
+    code = ("src", "stages", "benchmarks", ":!benchmarks/results", "pyproject.toml", "uv.lock", "params.yaml")
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", *code) else "")
 
 
 def steal_seconds() -> float:

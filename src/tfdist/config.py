@@ -252,7 +252,8 @@ class RuntimeConfig:
             else TensorFlow's own default, which is off on x86 CPUs without AVX-512), or
             ``auto``: as the model kind's record says (:mod:`tfdist.model_kinds`): on for the
             convnet and a user's model, off for the seed MLP, whose numbers then stay comparable
-            across runs (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
+            across runs; and on under ``mixed_bfloat16``, whose fast kernels are oneDNN's
+            (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
     """
 
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)

@@ -114,28 +114,34 @@ def op_threads(config: Config, replicas: int = 1) -> tuple[int, int]:
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 
 
-def onednn_enabled(setting: str, model_kind: str) -> bool | None:
-    """Whether ``runtime.onednn`` turns oneDNN on for ``model_kind``; None leaves it to TensorFlow (``tensorflow``).
+#: Precisions whose fast CPU kernels are oneDNN's: without it TensorFlow emulates bfloat16 even on a CPU with a unit.
+ONEDNN_PRECISIONS = ("mixed_bfloat16",)
 
-    ``auto`` follows the kind's record: on for the kinds oneDNN speeds up (a
-    convnet's convolutions), off for the seed MLP, whose results then stay those
-    of earlier runs (oneDNN rounds differently). docs/performance.md, "oneDNN".
+
+def onednn_enabled(setting: str, model_kind: str, precision: str = "float32") -> bool | None:
+    """Whether ``runtime.onednn`` turns oneDNN on for ``model_kind`` in ``precision``; None leaves it to TensorFlow.
+
+    ``auto`` follows the kind's record (on for the kinds oneDNN speeds up, a
+    convnet's convolutions; off for the seed MLP, whose float32 results then
+    stay those of earlier runs, as oneDNN rounds differently), and is on for a
+    precision only oneDNN computes fast (:data:`ONEDNN_PRECISIONS`).
+    docs/performance.md, "oneDNN" and "Precision and loop".
     """
     if setting == "tensorflow":
         return None
     if setting == "auto":
-        return model_kind_of(model_kind).onednn
+        return model_kind_of(model_kind).onednn or precision in ONEDNN_PRECISIONS
     return setting == "enabled"
 
 
-def configure_onednn(setting: str, model_kind: str) -> None:
-    """Turn TensorFlow's oneDNN kernels on or off as ``runtime.onednn`` says for ``model_kind``; before TensorFlow loads.
+def configure_onednn(setting: str, model_kind: str, precision: str = "float32") -> None:
+    """Turn TensorFlow's oneDNN kernels on or off as ``runtime.onednn`` says for the model; before TensorFlow loads.
 
     ``tensorflow`` leaves the environment (and TensorFlow's default) alone.
     After TensorFlow has loaded this only warns when the setting differs:
     the variable is read once per process.
     """
-    enabled = onednn_enabled(setting, model_kind)
+    enabled = onednn_enabled(setting, model_kind, precision)
     if enabled is None:
         return
     wanted = "1" if enabled else "0"
@@ -149,7 +155,7 @@ def configure_onednn(setting: str, model_kind: str) -> None:
 
 def configure_runtime(config: Config, replicas: int = 1) -> None:
     """All of ``runtime:`` in a training process of ``replicas`` replicas, first thing: oneDNN, then the thread pools."""
-    configure_onednn(config.runtime.onednn, config.model.kind)
+    configure_onednn(config.runtime.onednn, config.model.kind, config.train.precision)
     configure_threads(*op_threads(config, replicas))
 
 

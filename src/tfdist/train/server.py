@@ -52,7 +52,7 @@ def serve(task: ClusterTask, config: Config) -> None:
     # Nothing to save: stopped, a server has done its part and exits 0 at once, so that a Slurm
     # step its chief stops ends with the chief's exit code (tfdist.cluster.slurm.stop_step_servers).
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    configure_onednn(config.runtime.onednn, config.model.kind)  # a worker runs the model's steps
+    configure_onednn(config.runtime.onednn, config.model.kind, config.train.precision)  # a worker runs the steps
     tf = tensorflow_without_keras()
     configure_threads(*op_threads(config))
     serve_profiler(task)

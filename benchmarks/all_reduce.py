@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.harness import Options
+from benchmarks.harness import Options, grid
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import StageRuns
+from benchmarks.stage import StageRuns, model_settings
 
 TITLE = "multi_worker_mirrored's ms/step with distributed.all_reduce auto and ring, 2 workers on loopback"
 DEFAULTS = {"models": ("mlp",)}
@@ -22,8 +22,7 @@ IMPLEMENTATIONS = ("auto", "ring")
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
-    return [{"model": model, "batch": batch, "all_reduce": name}
-            for model in options.models for batch in options.batches for name in IMPLEMENTATIONS]
+    return grid(options, all_reduce=IMPLEMENTATIONS)
 
 
 def setup(options: Options) -> StageRuns:
@@ -32,8 +31,7 @@ def setup(options: Options) -> StageRuns:
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
     found = context.train("multi_worker_mirrored", [
-        f"distributed.all_reduce={cell['all_reduce']}", "distributed.workers=2", f"model.kind={cell['model']}",
-        f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"])
+        f"distributed.all_reduce={cell['all_reduce']}", "distributed.workers=2", *model_settings(cell, options)])
     return {"ms_per_step": found["step_ms"]}
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from benchmarks.harness import Options
+from benchmarks.harness import Options, grid
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import TARGETS, StageRuns
+from benchmarks.stage import TARGETS, StageRuns, model_settings
 from tfdist.compare.compute import time_to_accuracy
 from tfdist.train.precision import hardware_support
 
@@ -31,7 +31,7 @@ PRECISIONS = ("float32", "mixed_bfloat16")
 def cells(options: Options) -> list[dict[str, Any]]:
     if unknown := sorted(set(options.models) - set(TARGETS)):
         raise SystemExit(f"error: --models {unknown}: no target accuracy for them; choose from {sorted(TARGETS)}")
-    return [{"model": model, "batch": batch} for model in options.models for batch in options.batches]
+    return grid(options)
 
 
 def setup(options: Options) -> StageRuns:
@@ -42,7 +42,7 @@ def setup(options: Options) -> StageRuns:
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
     """Both precisions one after the other, so each round sets them side by side."""
-    sets = [f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
+    sets = model_settings(cell, options)
     base, bf16 = (context.train("default", [*sets, f"train.precision={p}"]) for p in PRECISIONS)
     target = TARGETS[cell["model"]]
     tta, base_tta = time_to_accuracy(bf16["history"], target), time_to_accuracy(base["history"], target)

@@ -7,7 +7,6 @@ markdown tables (the ones in docs/performance.md came from them).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -26,7 +25,6 @@ import numpy as np
 import yaml
 
 import tfdist  # noqa: F401  (selects tf_keras before TensorFlow loads)
-from benchmarks.results import median, spread  # noqa: F401  (the scripts' imports of them from here)
 from tfdist.config import Config, load_config
 from tfdist.data.prepared import Digits, load_split
 
@@ -106,27 +104,6 @@ def quietly(function: Any, *args: Any, **kwargs: Any) -> Any:
     """Call ``function`` with Keras's per-epoch lines kept off the terminal."""
     with contextlib.redirect_stdout(io.StringIO()):
         return function(*args, **kwargs)
-
-
-def model_rounds_options(doc: str) -> argparse.Namespace:
-    """The options of a benchmark that alternates rounds over model kinds and batches: --models, --batches, --rounds,
-    --epochs."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
-    parser.add_argument("--batches", type=int, nargs="+", default=[25, 256])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
-    return parser.parse_args()
-
-
-def model_rounds(args: argparse.Namespace) -> Iterator[tuple[int, str, int, list[str]]]:
-    """Every (round, model kind, batch, the train stage's settings for them) of ``model_rounds_options``' ``args``,
-    round after round, so that every cell sees the machine's slow and quiet spells alike."""
-    for round_ in range(args.rounds):
-        for model in args.models:
-            for batch in args.batches:
-                yield round_, model, batch, [f"model.kind={model}", f"train.batch_size={batch}",
-                                             f"train.epochs={args.epochs}"]
 
 
 def step_ms(report: dict) -> float:

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/helpers: the test hosts
-from benchmarks.harness import Options  # noqa: E402
+from benchmarks.harness import Options, grid  # noqa: E402
 from benchmarks.results import Result, median, spread  # noqa: E402
-from benchmarks.stage import TARGETS, data_folder, measured, run, stage_command  # noqa: E402
+from benchmarks.stage import TARGETS, data_folder, measured, model_settings, run, stage_command  # noqa: E402
 from tfdist.cluster.processes import task_cpus  # noqa: E402
 from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
 from tfdist.config import CompareConfig  # noqa: E402
@@ -119,8 +119,7 @@ def cells(options: Options) -> list[dict[str, Any]]:
         raise SystemExit(f"error: --set machines: {unknown} not emulated here; choose from {sorted(CORES_PER_MACHINE)}")
     if unknown := sorted(set(options.models) - set(TARGETS)):
         raise SystemExit(f"error: --models {unknown}: no target accuracy for them; choose from {sorted(TARGETS)}")
-    return [{"model": model, "batch": batch, "machines": n}
-            for model in options.models for batch in options.batches for n in machines]
+    return grid(options, machines=machines)
 
 
 def setup(options: Options) -> Context:
@@ -139,8 +138,7 @@ def teardown(context: Context) -> None:
 def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[str, float]:
     """Normal training on one machine's share, the loopback calibration, then the cluster over every link."""
     model, machines = cell["model"], cell["machines"]
-    sets = [f"model.kind={model}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}",
-            "train.lr_scaling=linear"]  # as a user scaling out would: N machines, N x the batch
+    sets = [*model_settings(cell, options), "train.lr_scaling=linear"]  # as a user scaling out: N machines, N x batch
     cores, tag = CORES_PER_MACHINE[machines], f"run{next(context.runs)}"
     root, data, hosts = context.root, context.data, context.hosts
     normal = local_run(root, data, f"{tag}-normal", "default", sets, cpu_share.CpuShare(task_cpus(1)[0], cores))

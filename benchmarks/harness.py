@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import itertools
 import shlex
 import sys
 import time
@@ -63,6 +64,13 @@ class Options:
     epochs: int = 3
     store: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def grid(options: Options, **axes: Sequence[Any]) -> list[dict[str, Any]]:
+    """Every model kind and batch of ``options``, each with every combination of ``axes``' values, in order."""
+    names = ["model", "batch", *axes]
+    values = [options.models, options.batches, *axes.values()]
+    return [dict(zip(names, combination, strict=True)) for combination in itertools.product(*values)]
 
 
 def benchmark_names() -> list[str]:

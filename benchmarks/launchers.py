@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import median, step_ms, table
+from benchmarks.common import step_ms, table
+from benchmarks.results import median
 
 LAUNCHERS = ("local", "ray")
 

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import config, median, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, prepared, quietly, table  # noqa: E402
+from benchmarks.results import median  # noqa: E402
 
 
 def matmul_peak(size: int, repeats: int = 20) -> float:

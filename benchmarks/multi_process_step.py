@@ -21,7 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import median, step_ms, table
+from benchmarks.common import step_ms, table
+from benchmarks.results import median
 from benchmarks.stage import data_folder, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,15 +13,11 @@ digits are tiled to 12,000.
 
 from __future__ import annotations
 
-import itertools
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from benchmarks.common import step_ms
 from benchmarks.harness import Options
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import data_folder, run
+from benchmarks.stage import StageRuns, model_settings
 
 TITLE = "The train stage's ms/step at TensorFlow's oneDNN default and with oneDNN enabled"
 SETTINGS = ("tensorflow", "enabled")
@@ -36,18 +32,14 @@ def cells(options: Options) -> list[dict[str, Any]]:
             for setting in SETTINGS]
 
 
-def setup(options: Options) -> tuple[Path, Path, itertools.count]:
-    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-onednn-"))
-    return root, data_folder(root), itertools.count()
+def setup(options: Options) -> StageRuns:
+    return StageRuns.make("onednn")
 
 
-def measure(cell: dict[str, Any], context: tuple[Path, Path, itertools.count], options: Options) -> dict[str, float]:
-    root, data, runs = context
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
     _, strategy, sets = next(found for found in RUNS.get(cell["model"], RUNS["cnn"]) if found[0] == cell["run"])
-    report = run(root, data, f"run{next(runs)}", strategy, [
-        f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}",
-        f"runtime.onednn={cell['onednn']}", *sets])
-    return {"ms_per_step": step_ms(report)}
+    found = context.train(strategy, [*model_settings(cell, options), f"runtime.onednn={cell['onednn']}", *sets])
+    return {"ms_per_step": found["step_ms"]}
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:

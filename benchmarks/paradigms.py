@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.harness import Options
+from benchmarks.harness import Options, grid
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import StageRuns
+from benchmarks.stage import StageRuns, model_settings
 
 TITLE = "Data, model and pipeline parallelism on one model, custom loop: speed, what a device holds and moves, the bubble"
 DEFAULTS = {"models": ("mlp",), "batches": (25,), "rounds": 2}
@@ -29,8 +29,7 @@ CONFIGS = {  # label: strategy, overrides
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
-    return [{"model": model, "batch": batch, "run": label}
-            for model in options.models for batch in options.batches for label in CONFIGS]
+    return grid(options, run=list(CONFIGS))
 
 
 def setup(options: Options) -> StageRuns:
@@ -39,8 +38,7 @@ def setup(options: Options) -> StageRuns:
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
     strategy, sets = CONFIGS[cell["run"]]
-    found = context.train(strategy, [*sets, "train.loop=custom", f"model.kind={cell['model']}",
-                                     f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"])
+    found = context.train(strategy, [*sets, "train.loop=custom", *model_settings(cell, options)])
     return {"samples_per_second": found["steady_samples_per_second"], "ms_per_step": found["step_ms"],
             "params_per_device": max(found["params_per_device"]), "bytes_per_step": found["bytes_per_step"],
             "bubble": found["bubble"], "bubble_theory": found["bubble_theory"]}

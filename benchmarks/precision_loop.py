@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from benchmarks.common import config, median, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, prepared, quietly, table  # noqa: E402
+from benchmarks.results import median  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 

@@ -18,8 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import spread, table, tracking_server  # noqa: E402
+from benchmarks.common import table, tracking_server  # noqa: E402
 from benchmarks.procfs import process_stat  # noqa: E402
+from benchmarks.results import spread  # noqa: E402
 
 SETTLE_SECONDS = 20
 

@@ -18,9 +18,9 @@ import subprocess
 from typing import Any
 
 from benchmarks.common import step_ms
-from benchmarks.harness import Options
+from benchmarks.harness import Options, grid
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import StageRuns, report, stage_command
+from benchmarks.stage import StageRuns, model_settings, report, stage_command
 from tfdist.hardware import usable_cpus
 
 TITLE = "Normal training pinned to one CPU, alone and beside a twin on the other CPU"
@@ -29,7 +29,7 @@ TITLE = "Normal training pinned to one CPU, alone and beside a twin on the other
 def cells(options: Options) -> list[dict[str, Any]]:
     if len(usable_cpus()) < 2:
         raise SystemExit("error: this needs 2 CPUs or more")
-    return [{"model": model, "batch": batch} for model in options.models for batch in options.batches]
+    return grid(options)
 
 
 def setup(options: Options) -> StageRuns:
@@ -51,7 +51,7 @@ def steps_ms(context: StageRuns, names: list[str], sets: list[str]) -> list[floa
 
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
-    sets = [f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
+    sets = model_settings(cell, options)
     (alone,) = steps_ms(context, [context.name()], sets)
     beside, _twin = steps_ms(context, [context.name(), context.name()], sets)
     return {"alone_ms": alone, "beside_ms": beside}

@@ -14,11 +14,11 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks.common import PREPARED, prepared, step_ms
-from tfdist.compare.compute import time_to_accuracy
 from tfdist.reports import read_history
 
 #: Training digits each run reads: the offline sample tiled, so per-epoch costs weigh as on a larger set.
@@ -46,6 +46,11 @@ class StageRuns:
         name = self.name()
         run(self.root, self.data, name, strategy, sets, prefix=prefix)
         return measured(self.root, name)
+
+
+def model_settings(cell: dict, options: Any) -> list[str]:
+    """The train stage's settings for a cell's model kind and per-replica batch, at the run's epochs."""
+    return [f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
 
 
 def data_folder(root: Path) -> Path:
@@ -80,16 +85,6 @@ def measured(root: Path, name: str) -> dict:
     found["step_ms"] = step_ms(found)
     found["history"] = read_history(root / "reports" / "history" / f"{name}.csv")
     return found
-
-
-def add_against(cell: dict[str, list[float]], found: dict, base: dict, target: float) -> None:
-    """Append to ``cell`` a measured run's step, accuracy, and speed and time to ``target`` against ``base``'s."""
-    cell["step"].append(found["step_ms"])
-    cell["speed"].append(found["steady_samples_per_second"] / base["steady_samples_per_second"])
-    cell["accuracy"].append(found["val_accuracy"])
-    tta, base_tta = time_to_accuracy(found["history"], target), time_to_accuracy(base["history"], target)
-    if tta and base_tta:
-        cell["tta"].append(base_tta[1] / tta[1])
 
 
 def run(root: Path, data: Path, name: str, strategy: str, sets: list[str], checkout: Path | None = None,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.harness import Options
+from benchmarks.harness import Options, grid
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import StageRuns
+from benchmarks.stage import StageRuns, model_settings
 
 TITLE = "Every strategy through the real train stage: throughput, step, scaling efficiency, warm-up and start-up"
 DEFAULTS = {"models": ("mlp",), "epochs": 4}
@@ -33,8 +33,7 @@ CONFIGS = {  # label: strategy, overrides, N for scaling efficiency
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
-    return [{"model": model, "batch": batch, "run": label}
-            for model in options.models for batch in options.batches for label in CONFIGS]
+    return grid(options, run=list(CONFIGS))
 
 
 def setup(options: Options) -> StageRuns:
@@ -43,8 +42,7 @@ def setup(options: Options) -> StageRuns:
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
     strategy, sets, _ = CONFIGS[cell["run"]]
-    found = context.train(strategy, [*sets, f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}",
-                                     f"train.epochs={options.epochs}"])
+    found = context.train(strategy, [*sets, *model_settings(cell, options)])
     return {"samples_per_second": found["steady_samples_per_second"], "ms_per_step": found["step_ms"],
             "replicas": found["replicas"], "global_batch": found["global_batch_size"],
             "first_epoch_overhead_s": found["first_epoch_overhead_seconds"], "startup_s": found["startup_seconds"]}

@@ -10,15 +10,11 @@ CPUs, the prepared digits tiled to 12,000.
 
 from __future__ import annotations
 
-import itertools
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from benchmarks.common import step_ms
-from benchmarks.harness import Options
+from benchmarks.harness import Options, grid
 from benchmarks.results import Result, median, spread
-from benchmarks.stage import data_folder, run
+from benchmarks.stage import StageRuns, model_settings
 from tfdist.hardware import usable_cpus
 
 TITLE = "Normal training's ms/step at 1 thread per op and at every core"
@@ -26,21 +22,16 @@ TITLE = "Normal training's ms/step at 1 thread per op and at every core"
 
 def cells(options: Options) -> list[dict[str, Any]]:
     settings = sorted({1, len(usable_cpus())})
-    return [{"model": model, "batch": batch, "threads_per_op": threads}
-            for model in options.models for batch in options.batches for threads in settings]
+    return grid(options, threads_per_op=settings)
 
 
-def setup(options: Options) -> tuple[Path, Path, itertools.count]:
-    root = Path(tempfile.mkdtemp(prefix="tfdist-bench-threads-"))
-    return root, data_folder(root), itertools.count()
+def setup(options: Options) -> StageRuns:
+    return StageRuns.make("threads")
 
 
-def measure(cell: dict[str, Any], context: tuple[Path, Path, itertools.count], options: Options) -> dict[str, float]:
-    root, data, runs = context
-    report = run(root, data, f"run{next(runs)}", "default", [
-        f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}",
-        f"runtime.intra_op_threads={cell['threads_per_op']}"])
-    return {"ms_per_step": step_ms(report)}
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
+    found = context.train("default", [*model_settings(cell, options), f"runtime.intra_op_threads={cell['threads_per_op']}"])
+    return {"ms_per_step": found["step_ms"]}
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import median, table, tracking_server
+from benchmarks.common import table, tracking_server
+from benchmarks.results import median
 
 PARAMS = {"data": {"source": "sample"}, "train": {"epochs": 2},
           "distributed": {"strategies": ["multi_worker_mirrored"]}, "mlflow": {"log_models": True}}

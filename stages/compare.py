@@ -10,7 +10,7 @@ import stages  # noqa: F401  (first: it filters TensorFlow's native start-up cha
 from tfdist.atomic import check_writable
 from tfdist.compare.stage import compare
 from tfdist.config import load_config
-from tfdist_cli.contract import config_options, run_stage, stage_errors
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
 
 @click.command()
@@ -26,6 +26,7 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
     with stage_errors():
         config = load_config(params_path, overrides)
         check_writable(out_dir)
+        stage_started(out_dir)
         comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, out_dir=out_dir)
         click.echo(comparison.verdict)
         # what more machines would give, and the network it assumed (compare.network_*)

@@ -11,7 +11,7 @@ from tfdist import atomic
 from tfdist.config import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
 from tfdist.reports import write_report
-from tfdist_cli.contract import config_options, run_stage, stage_errors
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
 
 @click.command()
@@ -33,9 +33,12 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
         config = load_config(params_path, overrides)
         chosen = [check_run_name(name) for name in names or config.run_names]
         atomic.check_writable(reports_dir)
-        results = evaluate(config, list(dict.fromkeys(chosen)), prepared_dir=data_dir, models_dir=models_dir,
+        chosen = list(dict.fromkeys(chosen))
+        stage_started(*(path for name in chosen
+                        for path in (reports_dir / f"{name}.json", reports_dir / "confusion" / f"{name}.csv")))
+        results = evaluate(config, chosen, prepared_dir=data_dir, models_dir=models_dir,
                            train_reports=train_reports)
-        with atomic.atomic_outputs() as outputs:  # once every model is evaluated, all or none: no half-done set
+        with atomic.atomic_outputs(crash_points=True) as outputs:  # once every model is evaluated, all or none: no half-done set
             for result in results:
                 rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))
                 atomic.write_text(reports_dir / "confusion" / f"{result.report.name}.csv", "actual,predicted\n" + rows,

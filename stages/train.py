@@ -13,7 +13,7 @@ from tfdist.config import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.reports import RunPaths
 from tfdist.train.stage import train
-from tfdist_cli.contract import config_options, run_stage, stage_errors
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
 
 @click.command()
@@ -48,6 +48,7 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
         ]
         check_writable(models_dir / name, reports_dir, backups_dir)
+        stage_started(models_dir / name, reports_dir / f"{name}.json", reports_dir / "history" / f"{name}.csv")
         train(config, strategy_name=strategy, name=name, launch=launch,
               paths=RunPaths(data_dir, models_dir / name, backups_dir, reports=reports_dir))
 

@@ -54,8 +54,11 @@ def test_check_writable_names_the_nearest_folder_and_creates_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_lock_held_by_another_process_is_waited_for_within_its_bound_and_freed_when_it_is_killed(tmp_path):
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_lock_held_by_another_process_is_waited_for_within_its_bound_and_freed_when_it_is_killed(tmp_path, kind):
     path = tmp_path / "store.lock"
+    if kind == "folder":
+        path.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from tfdist.atomic import exclusive_lock\n"
         f"with exclusive_lock({str(path)!r}):\n    print('held', flush=True); time.sleep(60)")],
@@ -69,3 +72,34 @@ def test_a_lock_held_by_another_process_is_waited_for_within_its_bound_and_freed
         holder.wait(timeout=30)
     with atomic.exclusive_lock(path, 5.0):
         pass
+    assert kind == "file" or list(path.iterdir()) == [], "a folder is locked itself, nothing is left in it"
+
+
+def _stage_and_hold(target):
+    """A process that stages ``target`` and holds it there (as a stage killed mid-write would have, while alive)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time; from tfdist.atomic import atomic_outputs\n"
+        f"with atomic_outputs() as outputs:\n    outputs.stage({str(target)!r}).write_text('half')\n"
+        "    print('staged', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "staged"
+    return holder
+
+
+def test_a_staging_folder_is_swept_once_its_writer_is_dead_and_not_before(tmp_path, caplog):
+    target = tmp_path / "models" / "normal"
+    other = tmp_path / "models" / "mirrored"
+    holder, bystander = _stage_and_hold(target), _stage_and_hold(other)
+    try:
+        (staged,) = target.parent.glob(".normal.*.tmp")
+        assert atomic.sweep_staging(target) == [], "a living writer's folder is left alone, whatever its age"
+        holder.kill()  # SIGKILL: nothing of its own cleans up
+        holder.wait(timeout=30)
+        with caplog.at_level("INFO", logger="tfdist.atomic"):
+            assert atomic.sweep_staging(target, tmp_path / "reports" / "normal.json") == [staged]
+        assert not staged.exists() and not target.exists()
+        assert f"removed 1 staging folder(s) a killed stage left: {staged}" in caplog.text
+        assert len(list(target.parent.glob(".mirrored.*.tmp"))) == 1, "another output's staging is not this stage's"
+    finally:
+        for process in (holder, bystander):
+            process.kill()
+            process.wait(timeout=30)

@@ -99,6 +99,7 @@ def stage_errors() -> Iterator[None]:
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, _raise_interrupted)
+    atomic.arm_crash_points()
     try:
         yield
     except KeyboardInterrupt:
@@ -121,6 +122,16 @@ def stage_errors() -> Iterator[None]:
             what = f"mlflow.tracking_uri {sys.modules['mlflow'].get_tracking_uri()}: {what}"
         click.echo(f"error: {what}; free some space or make the folder writable, and run again", err=True)
         raise click.exceptions.Exit(exit_code) from None
+
+
+def stage_started(*outputs: Path) -> None:
+    """What every stage does once its params are read: remove what a killed run left of its ``outputs``, then go on.
+
+    The staging folders of ``outputs`` no living process holds are swept
+    (:func:`tfdist.atomic.sweep_staging`); then the ``start`` crash point.
+    """
+    atomic.sweep_staging(*outputs)
+    atomic.crash_point("start")
 
 
 def _disk_trouble(err: Exception) -> int | None:

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from tfdist import atomic
+from tfdist.atomic import crash_point
 from tfdist.compare.comparison import Comparison, headline_metrics, to_json
 from tfdist.compare.compute import build_comparison, training_seconds
 from tfdist.compare.render import plot_figures, render_html, render_markdown
@@ -43,7 +44,7 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
     eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
     comparison = build_comparison(train_reports, eval_reports, histories, config.compare)
-    with atomic.atomic_path(out_dir) as tmp:
+    with atomic.atomic_path(out_dir, crash_points=True) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", to_json(comparison))
         atomic.write_json(tmp / "metrics.json", {  # a run that never reached the target has no time to it
@@ -56,6 +57,7 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
         atomic.write_text(tmp / "compare.md", render_markdown(comparison))
         atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
         _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
+        crash_point("run.summary")
     log.info("%s", comparison.verdict)
     return comparison
 

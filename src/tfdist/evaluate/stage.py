@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.atomic import crash_point
 from tfdist.config import Config
 from tfdist.data.prepared import CLASSES, Digits, load_split
 from tfdist.measures import mlflow_metrics
@@ -55,6 +56,7 @@ def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir
             runs.log_metrics(mlflow_metrics(report), run_id=run_ids[name])
         log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, report.accuracy, report.loss, len(test))
         results.append(Evaluation(report, test.y, predicted))
+    crash_point("run.summary")
     return results
 
 

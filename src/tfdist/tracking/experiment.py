@@ -8,6 +8,7 @@ naming its URI.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,9 +59,9 @@ def configure(config: MlflowConfig) -> str:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
-        lock = _file_lock(database.with_name(database.name + ".lock"), shown, config.busy_timeout)
+        lock = _file_lock(database.parent, shown, config.busy_timeout)
     elif scheme in DATABASE_DRIVERS:
-        lock = _file_lock(_local_artifacts() / ".store.lock", shown, config.busy_timeout)
+        lock = _file_lock(_local_artifacts(), shown, config.busy_timeout)
     mlflow.set_tracking_uri(uri)
     with lock:
         created = scheme == "sqlite" and not database.exists() and create_from_schema(database)
@@ -138,7 +139,14 @@ def _slug(name: str) -> str:
 
 @contextlib.contextmanager
 def _file_lock(path: Path, shown: str, timeout: float) -> Iterator[None]:
-    """An exclusive lock on ``path`` for the block (released if the process dies), waited for ``timeout`` seconds at most."""
+    """An exclusive lock on ``path`` for the block (released if the process dies), waited for ``timeout`` seconds at most.
+
+    The store's folder is locked itself: a lock file would be left in the workspace. A folder that
+    cannot be written is named here, before MLflow fails in it.
+    """
+    if not os.access(path, os.W_OK | os.X_OK):
+        reason = "Read-only file system" if os.statvfs(path).f_flag & os.ST_RDONLY else "Permission denied"
+        raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path} ({reason})")
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(exclusive_lock(path, timeout))
@@ -146,5 +154,5 @@ def _file_lock(path: Path, shown: str, timeout: float) -> Iterator[None]:
             raise RunError(f"mlflow.tracking_uri {shown}: another process has held {path} for {timeout:.0f} s "
                            "(mlflow.busy_timeout) while it creates the store; stop it and run again") from None
         except OSError as err:
-            raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path.parent} ({err.strerror})") from None
+            raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path} ({err.strerror})") from None
         yield

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+from mlflow.entities import LoggedModelStatus
 from mlflow.models import infer_signature
 
+from tfdist.atomic import crash_point
 from tfdist.errors import InputError
 from tfdist.tracking.outage import Patience
 
@@ -48,6 +50,9 @@ def save_model(
     the logged model becomes a new version of that registered model, tagged
     with ``version_tags``; the version is returned. With ``patience``, logging
     waits for a store (or its artifact store) that stopped answering.
+
+    A run that already holds its model (a rerun after a kill once the model
+    was logged) is not given a second one, nor a second version.
     """
     import mlflow.tensorflow  # imports TensorFlow: only where a model is saved
 
@@ -56,11 +61,13 @@ def save_model(
     with contextlib.redirect_stdout(io.StringIO()):
         kwargs = _model_kwargs(model, example)
         mlflow.tensorflow.save_model(model, str(path), **kwargs)
-        if not log_to_run:
-            return None
-        info = patience.call(lambda: mlflow.tensorflow.log_model(
-            model, name="model", registered_model_name=register_as, **kwargs), "the model")
-    version = info.registered_model_version
+        crash_point("model.written")
+        logged, version = patience.call(lambda: _logged_before(register_as), "the model") if log_to_run else (True, None)
+        if not logged:
+            info = patience.call(lambda: mlflow.tensorflow.log_model(
+                model, name="model", registered_model_name=register_as, **kwargs), "the model")
+            version = info.registered_model_version
+    crash_point("model.logged")
     if register_as and version is not None:
         client = mlflow.MlflowClient()
         for key, value in (version_tags or {}).items():
@@ -68,6 +75,32 @@ def save_model(
                           "the model version's tags")
         log.info("registered the model as %s version %s", register_as, version)
     return None if version is None else str(version)
+
+
+def _logged_before(register_as: str | None) -> tuple[bool, int | str | None]:
+    """Whether a killed attempt of the active run logged its model already, and that model's version.
+
+    A model that attempt left unfinished (not READY) is deleted, to be logged
+    again; one logged but not yet registered is registered now.
+    """
+    run = mlflow.active_run()
+    assert run is not None, "a model is logged to the active run"
+    client = mlflow.MlflowClient()
+    found = client.search_logged_models([run.info.experiment_id],
+                                        filter_string=f"source_run_id = '{run.info.run_id}' AND name = 'model'")
+    ready = [logged for logged in found if logged.status == LoggedModelStatus.READY]
+    for logged in found:
+        if logged.status != LoggedModelStatus.READY:
+            client.delete_logged_model(logged.model_id)
+    if not ready:
+        return False, None
+    log.info("the run holds its model already (%s): not logging it again", ready[0].model_id)
+    if register_as is None:
+        return True, None
+    versions = client.search_model_versions(f"name = '{register_as}' AND run_id = '{run.info.run_id}'")
+    if versions:
+        return True, versions[0].version
+    return True, mlflow.register_model(ready[0].model_uri, register_as).version
 
 
 #: The alias the compare stage moves to the best registered version: models:/<name>@champion loads it.

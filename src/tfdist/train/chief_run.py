@@ -16,11 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import atomic
+from tfdist.atomic import crash_point
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data.prepared import load_split, splits_digest
+from tfdist.errors import InputError
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.measures import mlflow_metrics
-from tfdist.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, run_label, write_history, write_report
+from tfdist.reports import (
+    PrecisionSupport,
+    ThreadSettings,
+    TrainOutputs,
+    TrainReport,
+    from_dict,
+    run_label,
+    to_dict,
+    write_history,
+    write_report,
+)
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import onednn_in_use
 from tfdist.tracking import experiment, models, runs
@@ -116,7 +128,7 @@ class ChiefRun(TaskRun):
         patience = Patience(self.config.mlflow.outage_timeout, redact(self.config.mlflow.tracking_uri))
         run_id, outbox = resumed_run_id, None
         try:
-            with atomic.atomic_outputs() as outputs, runs.start_run(
+            with atomic.atomic_outputs(crash_points=True) as outputs, runs.start_run(
                     self.title, params=self.params(), tags=self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
                     system_metrics=True, patience=patience) as run_id:
                 self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
@@ -131,11 +143,14 @@ class ChiefRun(TaskRun):
                         runs.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
                         raise
                     patience.restart_clock()
-                    costs = step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size)
                     digest = self.save(result, outputs.stage(self.paths.model), patience)
-                    report = self.report(result, digest, run_id, support, cpu.percent, costs)
+                    report = self.recorded_report(digest) or self.report(
+                        result, digest, run_id, support, cpu.percent,
+                        step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size))
+                    self.backup.save(report=to_dict(report))
                     runs.log_metrics(mlflow_metrics(report), patience=patience)
                     outbox.flush()
+                    crash_point("run.summary")
                 finally:
                     outbox.close()
                 trained = TrainOutputs(report, result.history)
@@ -147,6 +162,24 @@ class ChiefRun(TaskRun):
             raise StoreUnreachable(self.not_recorded(str(err), run_id, unsent, patience)) from None
         self.backup.remove()
         return trained
+
+    def recorded_report(self, digest: str) -> TrainReport | None:
+        """The report a killed run of these params built and logged before its outputs were in place, if any.
+
+        A rerun hands it on unchanged, so that its outputs and its MLflow run
+        are those the killed run would have left: not a second measurement of
+        the step (and a second value of each summary metric at one step), nor
+        a report saying it resumed at the last epoch.
+        """
+        recorded = self.backup.state.get("report")
+        if not recorded:
+            return None
+        try:
+            report = from_dict(TrainReport, recorded, f"{self.backup.state_file} (report)")
+        except InputError as err:
+            log.warning("not reusing the report in the backup: %s", err)
+            return None
+        return report if report.weights_sha256 == digest else None
 
     def not_recorded(self, stopped_at: str, run_id: str | None, unsent: list, patience: Patience) -> str:
         """The one line for a store that never came back: what it lacks, and that a rerun finishes the run."""

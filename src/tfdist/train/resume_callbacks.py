@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdist.atomic import crash_point
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import backup_and_restore_checkpoint, backup_and_restore_epochs
 from tfdist.train.resume import RunBackup
@@ -38,16 +39,18 @@ def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> 
         logs and before the ones that publish them (an epoch is published once it
         is backed up), and ``initial_epoch`` for ``fit``.
     """
-    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder)]
+    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder), _CrashPoint("epoch.trained")]
     if record:
-        callbacks.append(_HistoryRecorder(backup))
+        callbacks += [_HistoryRecorder(backup), _CrashPoint("backup.state")]
     keras_dir = backup.checkpoint_folder
     if kind == "keras":
         callbacks.append(keras.callbacks.BackupAndRestore(str(keras_dir), save_freq="epoch", delete_checkpoint=False))
-        return callbacks, 0
-    checkpoint = _EpochCheckpoint(model, keras_dir)
-    callbacks.append(checkpoint)
-    return callbacks, checkpoint.restore()
+        initial_epoch = 0
+    else:
+        checkpoint = _EpochCheckpoint(model, keras_dir)
+        callbacks.append(checkpoint)
+        initial_epoch = checkpoint.restore()
+    return [*callbacks, _CrashPoint("backup.written")], initial_epoch
 
 
 def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
@@ -57,18 +60,14 @@ def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
     not by ``fit`` mid-restore; and every epoch the checkpoint finished must
     have its row in the history, which ``state.json`` records before the model.
     """
-    folder = backup.checkpoint_folder
-    if kind == "keras":
-        latest = backup_and_restore_checkpoint(folder)
-    else:
-        latest = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+    latest = _latest_checkpoint(backup, kind)
     if latest is None:
         return None
     try:
         reader = tf.train.load_checkpoint(latest)
         for variable in reader.get_variable_to_shape_map():
             reader.get_tensor(variable)
-        done = backup_and_restore_epochs(reader) if kind == "keras" else int(reader.get_tensor(_EPOCH_VARIABLE))
+        done = _finished_epochs(reader, kind)
     except Exception as err:  # noqa: BLE001  TensorFlow's reader raises OpError, ValueError, or IndexError
         # ("Read less bytes than requested") for a truncated file: any of them means it cannot be resumed from
         return f"its checkpoint {latest} is unreadable: {str(err).strip().splitlines()[0]}"
@@ -76,6 +75,23 @@ def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
     if not set(range(1, done + 1)) <= recorded:
         return f"its checkpoint finished {done} epoch(s) but state.json's history has {len(recorded)}"
     return None
+
+
+def epochs_backed_up(backup: RunBackup, kind: str) -> int:
+    """The epochs ``backup``'s model checkpoint finished (0: none), which a resumed ``fit`` starts after."""
+    latest = _latest_checkpoint(backup, kind)
+    return 0 if latest is None else _finished_epochs(tf.train.load_checkpoint(latest), kind)
+
+
+def _latest_checkpoint(backup: RunBackup, kind: str) -> str | None:
+    folder = backup.checkpoint_folder
+    if kind == "keras":
+        return backup_and_restore_checkpoint(folder)
+    return tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def _finished_epochs(reader: Any, kind: str) -> int:
+    return backup_and_restore_epochs(reader) if kind == "keras" else int(reader.get_tensor(_EPOCH_VARIABLE))
 
 
 class ResumePoint(keras.callbacks.Callback):
@@ -114,6 +130,17 @@ class _ResumeAnnouncer(ResumePoint):
         elif done:
             resume_log.info("resuming from the backup in %s: epochs 1-%d are done, continuing at epoch %d",
                             self.folder, done, done + 1)
+
+
+class _CrashPoint(keras.callbacks.Callback):
+    """A crash point (:func:`tfdist.atomic.crash_point`) passed at each epoch's end, between the backup's steps."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        crash_point(self.name)
 
 
 class _HistoryRecorder(keras.callbacks.Callback):

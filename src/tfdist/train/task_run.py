@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from tfdist import atomic
+from tfdist.atomic import crash_point
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.cluster.peer_loss import peers_watched
 from tfdist.cluster.rendezvous import wait_for_peers
@@ -70,12 +71,12 @@ class TaskRun:
         distributed = self.config.distributed
         if self.task is None:
             self.strategy, self.info = build_strategy(self.spec, distributed.devices, None, distributed.all_reduce)
-            return
+            return crash_point("train.strategy")
         serve_profiler(self.task)
         wait_for_peers(self.task, distributed.connect_timeout)
         if not (self.spec.multi_process and self.spec.synchronous):
             self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
-            return
+            return crash_point("train.strategy")
         # Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
         # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults meanwhile (the process ends
         # at once; no run is open yet). Joining also installs TensorFlow's SIGTERM preemption
@@ -87,6 +88,7 @@ class TaskRun:
         self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
         signal.signal(signal.SIGINT, interrupt)
         signal.signal(signal.SIGTERM, terminate)
+        crash_point("train.strategy")
 
     def load(self) -> None:
         """The training and validation splits, and this run's backup (plus stale ones under other params)."""
@@ -94,6 +96,7 @@ class TaskRun:
         self.train_split, self.val_split = load_split(prepared, "train"), load_split(prepared, "val")
         self.key = self.key or self.run_key()  # the chief hashed the data already, at start
         self.backup, self.stale = open_backup(self.paths.backups, name=self.name, key=self.key)
+        crash_point("train.data")
 
     def run_key(self) -> str:
         """The key of this run's backup: what decides its result (:func:`tfdist.train.resume.run_key`)."""

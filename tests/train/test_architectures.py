@@ -8,7 +8,7 @@ from stages import train
 from tfdist.config import ModelConfig
 from tfdist.distribute.placement import device_of
 from tfdist.tf_imports import keras
-from tfdist.train.architectures import layer_stack, weighted
+from tfdist.train.architectures import StepSeededDropout, layer_stack, weighted
 from tfdist.train.models import build_model, build_sequential, export_copy, trained_weights
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, TWO_DEVICES
@@ -18,7 +18,10 @@ CNN = ModelConfig(kind="cnn", dropout=0.0)
 
 
 def test_the_cnn_is_keras_s_simple_mnist_convnet():
-    model = build_sequential(ModelConfig(kind="cnn", dropout=0.5))
+    trained = build_sequential(ModelConfig(kind="cnn", dropout=0.5))
+    assert isinstance(trained.layers[-2], StepSeededDropout) and len(trained.non_trainable_weights) == 1, \
+        "trained with a dropout whose masks resume from a backup: one counter"
+    model = build_sequential(ModelConfig(kind="cnn", dropout=0.5), exported=True)  # what is saved
     assert model.count_params() == 34_826, "keras.io/examples/vision/mnist_convnet: 34,826 parameters"
     assert [type(layer).__name__ for layer in model.layers] == [
         "Reshape", "Conv2D", "MaxPooling2D", "Conv2D", "MaxPooling2D", "Flatten", "Dropout", "Dense"]

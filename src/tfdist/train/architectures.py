@@ -2,6 +2,8 @@
 class probabilities, in the function its record names.
 
 * :func:`mlp_layers`, the seed: Dense(relu) per ``model.hidden_units``, Dropout, Dense(10, softmax).
+  (Dropout here is :class:`StepSeededDropout`, so a run resumed from a backup drops what the
+  uninterrupted one would; the model that is saved has Keras's own.)
 * :func:`cnn_layers`, Keras's "Simple MNIST convnet" (keras.io/examples/vision/mnist_convnet):
   the pixels as a 28x28 image, Conv2D(32, 3, relu), MaxPool(2), Conv2D(64, 3, relu),
   MaxPool(2), Flatten, Dropout, Dense(10, softmax).
@@ -19,6 +21,7 @@ strategy's scope, the float32 copy that is saved) is built anew from the kind.
 from __future__ import annotations
 
 import importlib
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,23 +33,65 @@ from tfdist.config import ModelConfig
 from tfdist.data.prepared import CLASSES, PIXELS
 from tfdist.errors import InputError
 from tfdist.model_kinds import model_kind
-from tfdist.tf_imports import keras
+from tfdist.tf_imports import keras, tf
 from tfdist.workspace import workspace_root
 
 #: The digits as an image: what ``cnn`` and a builder see.
 IMAGE = (28, 28, 1)
 
 
-def layer_stack(config: ModelConfig) -> list[keras.layers.Layer]:
-    """Fresh, unbuilt layers of ``config.kind`` from the flat pixels to the float32 class probabilities."""
+def layer_stack(config: ModelConfig, exported: bool = False) -> list[keras.layers.Layer]:
+    """Fresh, unbuilt layers of ``config.kind`` from the flat pixels to the float32 class probabilities.
+
+    ``exported``: for the model that is saved, which predicts only: Keras's
+    own Dropout in place of :class:`StepSeededDropout` (no variable, loads anywhere).
+    """
     build: Callable[[ModelConfig], list[keras.layers.Layer]] = globals()[model_kind(config.kind).layers]
-    return build(config)
+    stack = build(config)
+    if exported:
+        stack = [keras.layers.Dropout(layer.rate, name=layer.name) if isinstance(layer, StepSeededDropout) else layer
+                 for layer in stack]
+    return stack
+
+
+class StepSeededDropout(keras.layers.Layer):
+    """Dropout whose masks are a function of the seed, the replica and how many times it has trained.
+
+    Keras's Dropout draws from a random state no checkpoint holds, so a run
+    resumed from a backup would drop other units than the uninterrupted run,
+    and end with other weights. Here the count of training calls is a variable
+    of the layer, which every backup keeps (local to each replica, as a
+    metric's: no communication per step), and each mask is a stateless draw from it.
+    """
+
+    def __init__(self, rate: float, seed: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.rate = rate
+        # As Keras seeds its own layers: from Python's generator, which keras.utils.set_random_seed seeds.
+        self.seed = random.randrange(2**31) if seed is None else seed
+
+    def build(self, input_shape: Any) -> None:
+        self.calls = self.add_weight(name="calls", shape=(), dtype="int64", initializer="zeros", trainable=False,
+                                     synchronization=tf.VariableSynchronization.ON_READ,
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        super().build(input_shape)
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        if not training or self.rate == 0:
+            return inputs
+        context = tf.distribute.get_replica_context()
+        replica = tf.cast(context.replica_id_in_sync_group if context else 0, tf.int64)
+        calls = self.calls.assign_add(1)
+        return tf.nn.experimental.stateless_dropout(inputs, self.rate, seed=tf.stack([self.seed * 4096 + replica, calls]))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
 def mlp_layers(config: ModelConfig) -> list[keras.layers.Layer]:
     """The seed MLP's layers."""
     return [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units),
-            keras.layers.Dropout(config.dropout), _probabilities()]
+            StepSeededDropout(config.dropout), _probabilities()]
 
 
 def cnn_layers(config: ModelConfig) -> list[keras.layers.Layer]:
@@ -58,7 +103,7 @@ def cnn_layers(config: ModelConfig) -> list[keras.layers.Layer]:
         keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
         keras.layers.MaxPooling2D(pool_size=(2, 2)),
         keras.layers.Flatten(),
-        keras.layers.Dropout(config.dropout),
+        StepSeededDropout(config.dropout),
         _probabilities(),
     ]
 
@@ -74,7 +119,7 @@ def weighted(stack: list[keras.layers.Layer]) -> list[bool]:
     for layer in stack:
         probe = layer.__class__.from_config(layer.get_config())
         probe.build(shape)
-        found.append(bool(probe.weights))
+        found.append(bool(probe.trainable_weights))
         shape = probe.compute_output_shape(shape)
     return found
 

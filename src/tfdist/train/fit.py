@@ -27,7 +27,7 @@ from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, St
 from tfdist.train.input_pipeline import make_dataset, make_dataset_fn
 from tfdist.train.models import build_model, compile_model, trained_weights
 from tfdist.train.resume import RunBackup, restored_history
-from tfdist.train.resume_callbacks import resume_callbacks
+from tfdist.train.resume_callbacks import epochs_backed_up, resume_callbacks
 
 
 @dataclass
@@ -112,11 +112,10 @@ def train_model(
     the workers take steps concurrently: an epoch is still one pass over the
     data, split into steps that whichever worker is free runs.
 
-    With ``backup``, the run backs up every epoch and resumes from that
-    backup if it holds finished epochs; ``record_backup`` (the chief) also
-    keeps the history there, and the returned history then covers every
-    epoch, restored ones included. ``callbacks`` see an epoch once it is
-    backed up.
+    With ``backup``, the run backs up every epoch and resumes from that backup
+    if it holds finished epochs, reading the batches the uninterrupted run would;
+    ``record_backup`` (the chief) also keeps the history there, and the returned
+    history then covers every epoch. ``callbacks`` see an epoch once it is backed up.
 
     Raises:
         InputError: the training split is smaller than one global batch.
@@ -128,7 +127,8 @@ def train_model(
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
     resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup) if backup else ([], 0)
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
-                                         kept_alive=spec.multi_process or info.replicas > 1)
+                                         kept_alive=spec.multi_process or info.replicas > 1,
+                                         done_epochs=epochs_backed_up(backup, spec.backup) if backup else 0)
     started = time.perf_counter()
     try:
         fit = model.fit(
@@ -215,16 +215,20 @@ class FitPlan:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
 
     def inputs(self, train: Digits, val: Digits, seed: int, strategy: tf.distribute.Strategy, *,
-               kept_alive: bool) -> tuple[Any, Any]:
-        """The training and validation inputs; ``kept_alive`` where destroying their iterators would stall the stage."""
-        train_input, val_input = self.train_input(train, seed, strategy), self.val_input(val)
+               kept_alive: bool, done_epochs: int = 0) -> tuple[Any, Any]:
+        """The training and validation inputs; ``kept_alive`` where destroying their iterators would stall the stage.
+
+        ``done_epochs``: epochs a resumed run restored; its input starts at the
+        batch the uninterrupted run would read next.
+        """
+        train_input, val_input = self.train_input(train, seed, strategy, done_epochs * self.steps), self.val_input(val)
         if kept_alive:
             train_input = inputs_kept_alive(strategy, train_input, coordinated=self.asynchronous)
             if self.val_steps:  # an endless validation input (val_input)
                 val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
         return train_input, val_input
 
-    def train_input(self, train: Digits, seed: int, strategy: tf.distribute.Strategy) -> Any:
+    def train_input(self, train: Digits, seed: int, strategy: tf.distribute.Strategy, skip: int = 0) -> Any:
         """An endless dataset, ``steps`` batches an epoch: on several synchronous workers a shard each
         (distributed by ``strategy``), under ParameterServer a per-worker dataset creator.
 
@@ -237,13 +241,16 @@ class FitPlan:
         input is iterated once and has no end to agree on. Each pass is still
         reshuffled (seeded) and batched with the remainder dropped, so an epoch
         is one pass over the digits; the order differs from a new iterator's.
+        ``skip`` batches are passed over first (a resumed run's epochs done), except under
+        ParameterServer, whose order is each worker's own and not reproducible anyway.
         """
         if self.asynchronous:
             return keras.utils.experimental.DatasetCreator(
                 make_dataset_fn(train, self.global_batch, seed=seed, own_order=True))
         if self.workers > 1:  # each worker reads only its shard
-            return strategy.distribute_datasets_from_function(make_dataset_fn(train, self.global_batch, seed=seed))
-        return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True)
+            return strategy.distribute_datasets_from_function(
+                make_dataset_fn(train, self.global_batch, seed=seed, skip=skip))
+        return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True, skip=skip)
 
     def val_input(self, val: Digits) -> Any:
         """The validation batches: one pass of them every ``val_steps``, repeated without end; None without digits.

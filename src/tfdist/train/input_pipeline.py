@@ -8,7 +8,8 @@ from tfdist.data.prepared import Digits
 from tfdist.tf_imports import tf
 
 
-def make_dataset(digits: Digits, global_batch_size: int, *, shuffle: bool, seed: int, endless: bool = False) -> Any:
+def make_dataset(digits: Digits, global_batch_size: int, *, shuffle: bool, seed: int, endless: bool = False,
+                 skip: int = 0) -> Any:
     """A ``tf.data.Dataset`` of ``(x, y)`` batches at the global batch size.
 
     The data are cached in memory, reshuffled every epoch (seeded), batched with
@@ -18,19 +19,19 @@ def make_dataset(digits: Digits, global_batch_size: int, *, shuffle: bool, seed:
     workers (each takes every n-th batch) instead of TensorFlow guessing (and
     warning) from a dataset it cannot split by file; several workers' training
     input is :func:`make_dataset_fn`'s. ``endless`` repeats the epochs without end (reshuffled each time),
-    for a ``fit`` that counts its steps per epoch.
+    for a ``fit`` that counts its steps per epoch; ``skip`` batches of it are passed over (a resumed run's).
     """
     dataset = tf.data.Dataset.from_tensor_slices((digits.x, digits.y)).cache()
     if shuffle:
         dataset = dataset.shuffle(len(digits), seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(global_batch_size, drop_remainder=shuffle)
-    dataset = (dataset.repeat() if endless else dataset).prefetch(tf.data.AUTOTUNE)
+    dataset = (dataset.repeat().skip(skip) if endless else dataset).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)
 
 
-def make_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int, own_order: bool = False) -> Any:
+def make_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int, own_order: bool = False, skip: int = 0) -> Any:
     """A dataset function: each input pipeline reads only its shard of the digits, endless, batched per replica.
 
     One pipeline per worker process (``context.num_input_pipelines``): pipeline
@@ -42,7 +43,8 @@ def make_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int, own_or
     worker would build every global batch and keep its part: input work that
     grows with the workers.) A worker's shard is at least
     ``len(digits) // n`` digits, so it holds the ``len(digits) // global_batch_size``
-    steps of an epoch; ``fit`` counts them, the input never ends.
+    steps of an epoch; ``fit`` counts them, the input never ends. ``skip`` batches
+    of each pipeline are passed over first (a resumed run's epochs done).
 
     ``own_order`` is for ParameterServer training: TensorFlow (2.21) gives every
     ParameterServer worker the same input context (one pipeline, id 0) and runs
@@ -61,6 +63,6 @@ def make_dataset_fn(digits: Digits, global_batch_size: int, *, seed: int, own_or
         order = (tf.cast(tf.math.floormod(tf.timestamp() * 1e6, 2**31), tf.int64) + seed  # this worker's clock, in µs
                  if own_order else seed + context.input_pipeline_id)
         dataset = dataset.shuffle(len(x), seed=order, reshuffle_each_iteration=True)
-        return dataset.batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)
+        return dataset.batch(batch, drop_remainder=True).repeat().skip(skip).prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn

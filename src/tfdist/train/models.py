@@ -77,13 +77,15 @@ class SeedSequential(ReadsMetricsOncePerExecution, keras.Sequential):
 
 
 def build_sequential(config: ModelConfig, devices: list[str] | None = None,
-                     kind: type[keras.Sequential] = keras.Sequential) -> keras.Model:
+                     kind: type[keras.Sequential] = keras.Sequential, exported: bool = False) -> keras.Model:
     """The layers of ``model.kind`` after the 784 pixels, as a ``kind`` of Sequential.
 
     Call inside ``strategy.scope()`` so the variables are created by the strategy.
-    With ``devices``, the layers are split over them (model parallelism).
+    With ``devices``, the layers are split over them (model parallelism);
+    ``exported``: the model that is saved (:func:`tfdist.train.architectures.layer_stack`).
     """
-    return kind([keras.Input(shape=(PIXELS,), name="pixels"), *_layers(config, devices)], name=config.kind)
+    layers = layer_stack(config, exported) if exported else _layers(config, devices)
+    return kind([keras.Input(shape=(PIXELS,), name="pixels"), *layers], name=config.kind)
 
 
 def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None, micro_batches: int = 1,
@@ -322,7 +324,7 @@ def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
     float32 whatever the training precision: the variables were float32 anyway.
     """
     with policy("float32"):
-        copy = build_sequential(config)
+        copy = build_sequential(config, exported=True)
     copy.set_weights(trained_weights(model))
     return copy
 

@@ -34,6 +34,7 @@ SHARED = {"pipeline": ("tests/pipeline/test_browser.py", "tests/pipeline/test_pi
 
 #: The longest groups first (make test's --durations), so that the two workers of ``-n 2`` finish together.
 LONGEST_FIRST = ("pipeline", "ray", "tests/test_crash_points.py", "tests/train/test_crash_points_multi_process.py",
+                 "tests/train/test_crash_points_parameter_server.py",
                  "tests/train/test_resume.py", "tests/train/test_store_outage.py",
                  "tests/pipeline/test_teams.py", "tests/cluster/test_network.py",
                  "tests/cluster/test_slurm_hosts.py", "tests/cluster/test_multi_process.py")

@@ -8,6 +8,8 @@ caller's ``after_kill``; what must hold at the end, by the caller and :func:`deb
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +22,7 @@ import mlflow
 
 from tfdist.atomic import CRASH_ENV, CRASH_GROUP_ENV, crash_points_of
 
-from helpers.project import REPO, local_mode_environment, tiny_params
+from helpers.project import REPO, local_mode_environment, running_stage_tasks, tiny_params
 
 #: The pass of a point a walk kills at, where the first is not the one to test.
 NTH_PASS = {"epoch.trained": 2}  # in epoch 2: epoch 1 is backed up, epoch 2 is lost
@@ -93,7 +95,9 @@ class Workspace:
 
     def __init__(self, root: Path, trainings: dict[str, str], **sections: dict):
         self.root, self.trainings = root, trainings
-        self.params = tiny_params(root, distributed={"strategies": ["mirrored"]}, **sections)
+        root.mkdir(parents=True, exist_ok=True)
+        distributed = {"strategies": ["mirrored"], **sections.pop("distributed", {})}
+        self.params = tiny_params(root, distributed=distributed, **sections)
         self.prepared, self.models, self.backups = root / "data" / "prepared", root / "models", root / "backups"
         self.reports = root / "reports"
 
@@ -130,3 +134,30 @@ class Workspace:
         assert steps == [1, 2], "every epoch once"
         assert metrics_logged_twice_at_a_step(run.info.run_id) == {}
         return run
+
+
+def walk_a_cluster(workspace: Workspace, name: str, reference_root: Path | None = None) -> dict[str, Any]:
+    """Walk training ``name`` of a local cluster through every crash point; its report, checked.
+
+    After every kill no task of the stage is left running; at the end the
+    training has one FINISHED MLflow run (every epoch once, no metric twice at
+    a step), no backup and nothing in the workspace. With ``reference_root``, an
+    uninterrupted run there must end with the same weights, to the byte.
+    """
+    def after_kill(point: str) -> None:
+        assert wait_until_gone(lambda: running_stage_tasks(workspace.root)) == [], f"tasks left after the kill at {point}"
+
+    walk("train", workspace.train(name), after_kill, said=False)
+    report = json.loads((workspace.reports / "train" / f"{name}.json").read_text())
+    assert report["epochs"] == 2 and report["val_accuracy"] > 0.8
+    if reference_root is not None:
+        reference = Workspace(reference_root, workspace.trainings)
+        shutil.copytree(workspace.prepared, reference.prepared)
+        done = run_stage(reference.train(name))
+        assert done.returncode == 0, done.stderr[-3000:]
+        fresh = json.loads((reference.reports / "train" / f"{name}.json").read_text())
+        assert report["weights_sha256"] == fresh["weights_sha256"], "resumed at every step, the same weights to the byte"
+    assert workspace.training_run(name).info.run_id == report["mlflow_run_id"]
+    assert not (workspace.backups / name).exists()
+    assert debris(workspace.root) == [], "no staging folder, temporary or lock anywhere in the workspace"
+    return report

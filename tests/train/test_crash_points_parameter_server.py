@@ -1,0 +1,24 @@
+"""Crash anywhere, across processes: parameter_server (chief, a worker, a ps) walked through every crash point.
+
+As tests/train/test_crash_points_multi_process.py walks multi_worker_mirrored, but its asynchronous
+updates are not reproducible even uninterrupted, so the training must train, not match weights.
+One worker, not the default two: a walk starts the cluster thirteen times, and one worker is
+enough to make it a cluster of every kind of task.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from helpers.crash import Workspace, walk_a_cluster
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_parameter_server_training_killed_at_each_point_leaves_no_task_and_ends_whole(tmp_path, prepared_dir):
+    workspace = Workspace(tmp_path, {"ps": "parameter_server"}, distributed={"workers": 1})
+    shutil.copytree(prepared_dir, workspace.prepared)
+    report = walk_a_cluster(workspace, "ps")
+    assert (report["workers"], report["ps"], report["synchronous"]) == (1, 1, False)

@@ -38,11 +38,15 @@ class Ratio:
         name: its key in the comparison row's ``vs_normal`` (and in metrics.json where ``headline``).
         heading: its column in the results table (None: not shown).
         headline: whether metrics.json (``dvc exp show``) lists it.
+        samples: the per-epoch history column whose steady epochs give the ratio its interval
+            (:mod:`tfdist.compare.noise`; None: it has none). The row holds the interval in
+            ``vs_normal_low`` and ``vs_normal_high``, and the cell, metrics.json and MLflow show it.
     """
 
     name: str
     heading: str | None = None
     headline: bool = False
+    samples: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Measure:
         ratio: its ratio against normal training (normal's over the run's where lower is better).
         headline: its key in metrics.json (None: not listed).
         reduce: what of a list value is logged and shown (``max``).
+        interval: the fields of the same record holding its interval's low and high ends, shown beside it.
     """
 
     mlflow: str | None = None
@@ -73,6 +78,7 @@ class Measure:
     ratio: Ratio | None = None
     headline: str | None = None
     reduce: Callable[[Any], Any] | None = None
+    interval: tuple[str, str] | None = None
 
     def value(self, raw: Any) -> Any:
         """The value as logged and shown: ``reduce`` applied."""
@@ -165,12 +171,24 @@ def columns(table: Table, sources: Mapping[str, Any]) -> list[Column]:
 def _reader(attribute: str, name: str, declaration: Measure) -> Callable[[Any], str]:
     def cell(row: Any) -> str:
         holder = getattr(row, attribute) if attribute else row
-        return declaration.cell(getattr(holder, name))
+        text = declaration.cell(getattr(holder, name))
+        if declaration.interval is None:
+            return text
+        low, high = (getattr(holder, end) for end in declaration.interval)
+        return text if low is None or high is None else f"{text} {interval_text(low, high)}"
     return cell
 
 
 def _ratio_reader(name: str) -> Callable[[Any], str]:
     def cell(row: Any) -> str:
         value = row.vs_normal.get(name)
-        return "–" if value is None else f"{value:.2f}x"
+        if value is None:
+            return "–"
+        low, high = row.vs_normal_low.get(name), row.vs_normal_high.get(name)
+        return f"{value:.2f}x" + ("" if low is None or high is None else f" {interval_text(low, high)}")
     return cell
+
+
+def interval_text(low: float, high: float) -> str:
+    """A ratio's interval beside it in a cell: ``(0.47-0.55)``."""
+    return f"({low:.2f}-{high:.2f})"

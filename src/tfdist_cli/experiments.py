@@ -23,6 +23,7 @@ import click
 from tfdist import native_logs
 from tfdist.config import dotted_keys, knob_roles
 from tfdist.errors import InputError, RunError
+from tfdist.measures import interval_text
 from tfdist_cli.contract import required_program, stage_errors
 
 #: Columns of ``dvc exp show`` that are not knobs: dependency hashes (``path/to/file``) and the date.
@@ -79,14 +80,22 @@ def compact_view(shown: list[dict[str, Any]], width: int = 120) -> str:
             out += ["  (no comparison: its compare stage has not run)", ""]
             continue
         table = [["run", *(title for _, title, _ in COLUMNS)]]
-        table += [[run, *(fmt.format(values[key]) if values.get(key) is not None else "–" for key, _, fmt in COLUMNS)]
-                  for run, values in metrics.items()]
+        table += [[run, *(_cell(values, key, fmt) for key, _, fmt in COLUMNS)] for run, values in metrics.items()]
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         out += [_clip("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))), width)
                 for row in table]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _cell(values: dict[str, Any], key: str, fmt: str) -> str:
+    """A metric's cell, with its interval where metrics.json gives one (``0.51x (0.47-0.55)``)."""
+    value = values.get(key)
+    if value is None:
+        return "–"
+    low, high = values.get(f"{key}_low"), values.get(f"{key}_high")
+    return fmt.format(value) + ("" if low is None or high is None else f" {interval_text(low, high)}")
 
 
 def _clip(line: str, width: int) -> str:

@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tfdist.compare.comparison import Advice, Network, Projection, RunRow
+from tfdist.compare.noise import Decision
 from tfdist.config import MIXED_PRECISIONS
 from tfdist.distribute.registry import splits_layers
 from tfdist.reports import PrecisionSupport
 
-# Below this ratio either way, a speed difference is within run-to-run noise.
+# Below this ratio either way, a speed difference is taken for noise where it has no measured interval
+# (runs of a single steady epoch, and the projection, whose terms carry none yet).
 _NOISE = 0.10
 # Test accuracy lost (points) past which the advice says so.
 _ACCURACY_LOSS_POINTS = 1.0
@@ -28,8 +30,34 @@ CHECKED = ("The projection was checked against runs on 2 and 4 emulated machines
            "it is unchecked.")
 
 
+def decision(row: RunRow, ratio: str = "speedup") -> Decision:
+    """Whether ``row``'s ratio against normal training is ``above`` or ``below`` 1.0, or ``within`` noise.
+
+    By its interval (:mod:`tfdist.compare.noise`): decided only when the whole
+    interval lies on one side. A ratio without one is taken for noise within
+    :data:`_NOISE` of 1.0.
+    """
+    interval = row.interval(ratio)
+    if interval is not None:
+        return interval.decision
+    value = row.speedup if ratio == "speedup" else row.time_to_accuracy_speedup or 0.0
+    return "above" if value >= 1 + _NOISE else "below" if value <= 1 - _NOISE else "within"
+
+
+def stated(row: RunRow, ratio: str = "speedup") -> str:
+    """The ratio with its interval and what it rests on: ``1.26x (1.18x-1.31x, steady epochs within one run)``."""
+    value = row.speedup if ratio == "speedup" else row.time_to_accuracy_speedup or 0.0
+    interval = row.interval(ratio)
+    return f"{value:.2f}x" + (f" ({interval}, {interval.basis})" if interval else "")
+
+
 def verdict(rows: list[RunRow], projections: Sequence[Projection] = (), network: Network | None = None) -> str:
-    """One or two sentences, from the numbers, on whether distributing paid off and why; and where more machines would."""
+    """One or two sentences, from the numbers, on whether distributing paid off and why; and where more machines would.
+
+    "Paid off" or "did not pay off" only where the fastest run's interval lies
+    wholly above or below 1.0; otherwise "within noise", and how many runs of
+    each the spread measured would need to decide.
+    """
     normal, others = rows[0], rows[1:]
     if not others:
         return "Only normal training ran; list strategies under distributed.strategies to compare."
@@ -37,17 +65,23 @@ def verdict(rows: list[RunRow], projections: Sequence[Projection] = (), network:
     accuracy = f"test accuracy {best.test_accuracy:.3f} vs {normal.test_accuracy:.3f}"
     pace = (f"{best.report.steady_epoch_seconds:.3f} s vs {normal.report.steady_epoch_seconds:.3f} s per epoch at "
             "steady state")
-    if best.speedup >= 1 + _NOISE:
-        head = (f"Distribution paid off: {best.name} trained {best.speedup:.2f}x as fast as normal training "
+    decided = decision(best)
+    if decided == "above":
+        head = (f"Distribution paid off: {best.name} trained {stated(best)} as fast as normal training "
                 f"({pace}, {accuracy}).")
-    elif best.speedup > 1 - _NOISE:
-        head = (f"Distribution did not pay off: the fastest strategy, {best.name}, ran within "
-                f"{100 * _NOISE:.0f}% of normal training ({pace}, {accuracy}).")
+    elif decided == "within":
+        repeats = (f"; the spread measured would need about {best.repeats_to_decide} runs of each to tell"
+                   if best.repeats_to_decide else "")
+        head = (f"Within noise: the fastest strategy, {best.name}, ran at {stated(best)} the speed of normal "
+                f"training ({pace}, {accuracy}), which this measurement cannot tell from normal training's{repeats}.")
     else:
         head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best.name}, ran at "
-                f"{best.speedup:.2f}x the speed of normal training ({pace}, {accuracy}).")
-    beyond = _across_machines(rows, projections, network) if best.speedup < 1 + _NOISE and network else ""
-    return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal), beyond) if part)
+                f"{stated(best)} the speed of normal training ({pace}, {accuracy}).")
+    beyond = _across_machines(rows, projections, network) if decided != "above" and network else ""
+    disturbed = " ".join(f"While {row.name} trained, {row.report.disturbed}: this verdict rests partly on the machine."
+                         for row in (normal, best) if row.report.disturbed)
+    return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal), beyond, disturbed)
+                    if part)
 
 
 def _across_machines(rows: list[RunRow], projections: Sequence[Projection], network: Network) -> str:
@@ -88,13 +122,12 @@ def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
                 f"in {normal.epochs_to_target} ({normal.seconds_to_target:.1f} s of training).")
     first = min((row for row in others if row.seconds_to_target is not None),
                 key=lambda row: row.seconds_to_target or 0.0)
-    ratio = best.time_to_accuracy_speedup or 0.0  # both reached the target: a ratio
-    paid, paid_to_target = best.speedup >= 1 + _NOISE, ratio >= 1 + _NOISE
-    if paid == paid_to_target and first is best:
+    if decision(best) == decision(best, "time_to_accuracy_speedup") and first is best:
         return ""
     text = (f"To {target}, {best.name} took {best.epochs_to_target} epochs and "
             f"{best.seconds_to_target:.1f} s against normal training's {normal.epochs_to_target} and "
-            f"{normal.seconds_to_target:.1f} s ({ratio:.2f}x in time to accuracy)")
+            f"{normal.seconds_to_target:.1f} s ({stated(best, 'time_to_accuracy_speedup')} in time to accuracy"
+            f"{', within noise' if decision(best, 'time_to_accuracy_speedup') == 'within' else ''})")
     if first is not best:
         text += (f"; {first.name} got there first of the distributed runs, "
                  f"{first.time_to_accuracy_speedup:.2f}x normal training's pace")
@@ -114,7 +147,7 @@ def _why(best: RunRow, normal: RunRow) -> str:
                 "a split pays when the model does not fit one device.")
     if hardware.shared_cpu and run.workers > 1:
         servers = f" and {run.ps} parameter server(s)" if run.ps else ""
-        if best.speedup >= 1 + _NOISE:  # the cores, not more of them: the processes used them better
+        if decision(best) == "above":  # the cores, not more of them: the processes used them better
             return (f"Its {run.workers} worker processes{servers} shared the same {cores} CPU cores of one machine "
                     f"({best.given}) as normal training ({normal.given}): each computed its own batch on its "
                     "own core, which used the cores better than normal training's op threads did (small ops "
@@ -187,14 +220,19 @@ def _use_advice(rows: list[RunRow], projections: Sequence[Projection] = (), netw
     if not others:
         return "Train without distribution: it is the only run. List strategies under distributed.strategies to compare."
     best = max(others, key=lambda r: r.speedup)
-    if best.speedup < 1 + _NOISE:
-        text = (f"Train without distribution on this machine (the `normal` run): no strategy beat it at steady state; "
-                f"the closest, {best.name}, ran at {best.speedup:.2f}x. Distribution spends time coordinating "
+    if decision(best) != "above":
+        noise = " beyond noise" if decision(best) == "within" else ""
+        text = (f"Train without distribution on this machine (the `normal` run): no strategy beat it{noise} at steady "
+                f"state; the closest, {best.name}, ran at {stated(best)}. Distribution spends time coordinating "
                 f"replicas that, here, share {rows[0].report.hardware.cpu_cores} CPU cores instead of adding compute.")
         beyond = _across_machines(rows, projections, network) if network else ""
         return text + (" " + beyond if beyond else "")
-    text = (f"Use {best.name}: it trained {best.speedup:.2f}x as fast as normal training at steady state, "
+    text = (f"Use {best.name}: it trained {stated(best)} as fast as normal training at steady state, "
             f"with test accuracy {best.accuracy_delta_points:+.1f} points.")
+    if decision(best, "time_to_accuracy_speedup") != "above" and best.time_to_accuracy_speedup is not None:
+        text += (f" In time to {best.target_accuracy:.2f} validation accuracy it is "
+                 f"{stated(best, 'time_to_accuracy_speedup')}: "
+                 + ("within noise." if decision(best, "time_to_accuracy_speedup") == "within" else "slower."))
     if best.accuracy_delta_points < -_ACCURACY_LOSS_POINTS:
         text += (f" The accuracy it lost comes with its {best.report.global_batch_size}-example global batch: try "
                  "`train.lr_scaling: linear` with `train.warmup_epochs: 1`, or more epochs.")

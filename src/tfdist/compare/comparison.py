@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdist.compare.noise import EPOCH_RESOLUTION, Interval
 from tfdist.measures import declared, headlines, measure
 from tfdist.reports import EvalReport, PrecisionSupport, TrainReport, from_dict
 
@@ -37,6 +38,12 @@ class RunRow:
         epochs_to_target, seconds_to_target: until validation accuracy first reached it (None: never).
         time_to_accuracy_speedup: normal training's seconds to the target over this run's (None: either never did).
         accuracy_delta_points: test accuracy against normal training's, in points.
+        vs_normal_low, vs_normal_high: the interval of each ratio that has one (:mod:`tfdist.compare.noise`),
+            by the ratio's name; empty for normal training and for reports without steady epochs to resample.
+        interval_basis: what those intervals rest on (with one run each, the steady epochs within it).
+        time_to_accuracy_low, time_to_accuracy_high: the interval of the speed-up to the target, from the
+            epoch each run reached it in (None: either never did).
+        repeats_to_decide: runs of each the spread measured would need to tell the speed-up from 1.0 (None: no spread).
     """
 
     name: str
@@ -54,9 +61,18 @@ class RunRow:
         missing="not reached", better="lower", headline="seconds_to_target"))
     time_to_accuracy_speedup: float | None = field(metadata=measure(
         mlflow="time_to_accuracy_speedup", table="results", heading="speed-up to target", format="{:.2f}x",
-        missing="not reached", better="higher", headline="time_to_accuracy_speedup"))
+        missing="not reached", better="higher", headline="time_to_accuracy_speedup",
+        interval=("time_to_accuracy_low", "time_to_accuracy_high")))
     accuracy_delta_points: float = field(metadata=measure(table="results", heading="Δ accuracy (points)",
                                                           format="{:+.2f}", better="higher"))
+    vs_normal_low: dict[str, float] = field(default_factory=dict, metadata=measure(mlflow="{key}_low"))
+    vs_normal_high: dict[str, float] = field(default_factory=dict, metadata=measure(mlflow="{key}_high"))
+    interval_basis: str = ""
+    time_to_accuracy_low: float | None = field(default=None, metadata=measure(
+        mlflow="time_to_accuracy_speedup_low", headline="time_to_accuracy_speedup_low"))
+    time_to_accuracy_high: float | None = field(default=None, metadata=measure(
+        mlflow="time_to_accuracy_speedup_high", headline="time_to_accuracy_speedup_high"))
+    repeats_to_decide: int | None = field(default=None, metadata=measure(mlflow="repeats_to_decide"))
 
     @property
     def speedup(self) -> float:
@@ -67,6 +83,14 @@ class RunRow:
     def test_accuracy(self) -> float:
         return self.evaluation.accuracy
 
+    def interval(self, ratio: str) -> Interval | None:
+        """The interval of ratio ``ratio`` (``speedup``, ``throughput_speedup``, ``time_to_accuracy_speedup``), if it has one."""
+        if ratio == "time_to_accuracy_speedup":
+            low, high, basis = self.time_to_accuracy_low, self.time_to_accuracy_high, EPOCH_RESOLUTION
+        else:
+            low, high, basis = self.vs_normal_low.get(ratio), self.vs_normal_high.get(ratio), self.interval_basis
+        return None if low is None or high is None else Interval(low, high, basis)
+
 
 #: Where a row's declared numbers live: the row's attributes holding records (``""``: the row itself), in table order.
 ROW_RECORDS = ("report", "evaluation", "")
@@ -76,8 +100,12 @@ def headline_metrics(row: RunRow) -> dict[str, float]:
     """What metrics.json lists for ``row`` (``dvc exp show``): every declared headline, ratios included."""
     found = headlines(row.report)
     ratios = (declaration.ratio for _, declaration in declared(row.report) if declaration.ratio is not None)
-    found.update({ratio.name: value for ratio in ratios
-                  if ratio.headline and (value := row.vs_normal.get(ratio.name)) is not None})
+    for ratio in ratios:
+        if ratio.headline and (value := row.vs_normal.get(ratio.name)) is not None:
+            found[ratio.name] = value
+            if ratio.name in row.vs_normal_low:  # its interval, beside it in dvc exp show
+                found[f"{ratio.name}_low"], found[f"{ratio.name}_high"] = (row.vs_normal_low[ratio.name],
+                                                                           row.vs_normal_high[ratio.name])
     return {**found, **headlines(row.evaluation), **headlines(row)}
 
 

@@ -8,14 +8,22 @@ about hardware from what each report recorded where training ran.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from tfdist.compare.advice import PROJECTED_MACHINES, advice, verdict
 from tfdist.compare.comparison import Comparison, Network, Projection, RunRow
+from tfdist.compare.noise import (
+    WITHIN_ONE_RUN,
+    ratio_interval,
+    repeats_to_decide,
+    steady,
+    time_to_accuracy_interval,
+)
 from tfdist.config import NORMAL_RUN, CompareConfig
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
-from tfdist.measures import ratios
+from tfdist.measures import declared, ratios
 from tfdist.reports import CollectiveCosts, EvalReport, TrainReport
 
 
@@ -38,8 +46,9 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
     base, base_accuracy = train[NORMAL_RUN], evaluation[NORMAL_RUN].accuracy
     histories = histories or {}
     reached = {name: time_to_accuracy(histories.get(name, []), target_accuracy) for name in train}
-    rows = [_row(train[name], evaluation[name], base=base, base_accuracy=base_accuracy,
-                 reached=reached[name], base_reached=reached[NORMAL_RUN], target=target_accuracy)
+    rows = [_with_intervals(_row(train[name], evaluation[name], base=base, base_accuracy=base_accuracy,
+                                 reached=reached[name], base_reached=reached[NORMAL_RUN], target=target_accuracy),
+                            histories.get(name, []), histories.get(NORMAL_RUN, []), base)
             for name in [NORMAL_RUN, *sorted(n for n in train if n != NORMAL_RUN)]]
     support = dict(base.precision_support)
     network = Network(settings.network_gbit, settings.network_latency_us)
@@ -82,6 +91,44 @@ def _row(report: TrainReport, result: EvalReport, *, base: TrainReport, base_acc
         time_to_accuracy_speedup=base_reached[1] / seconds if seconds and base_reached else None,
         accuracy_delta_points=100 * (result.accuracy - base_accuracy),
     )
+
+
+def _with_intervals(row: RunRow, history: list[dict[str, float]], normal_history: list[dict[str, float]],
+                    base: TrainReport) -> RunRow:
+    """``row`` with the interval of each ratio against normal training (:mod:`tfdist.compare.noise`), where it has one.
+
+    Normal training's own row has none: it is the reference.
+    """
+    if row.name == NORMAL_RUN or not history or not normal_history:
+        return row
+    low, high = {}, {}
+    for _, declaration in declared(row.report):
+        ratio = declaration.ratio
+        if ratio is None or ratio.samples is None or declaration.better is None:
+            continue
+        found = ratio_interval(steady([r[ratio.samples] for r in normal_history]),
+                               steady([r[ratio.samples] for r in history]), declaration.better,
+                               around=row.vs_normal.get(ratio.name))
+        if found is not None:
+            low[ratio.name], high[ratio.name] = found.low, found.high
+    speedup = row.vs_normal.get("speedup")
+    repeats = repeats_to_decide(steady([r["epoch_seconds"] for r in normal_history]),
+                                steady([r["epoch_seconds"] for r in history]), speedup) if speedup else None
+    to_target = None
+    if row.epochs_to_target and (normal_epochs := time_to_accuracy(normal_history, row.target_accuracy)):
+        to_target = time_to_accuracy_interval(_epoch_span(normal_history, normal_epochs[0], base),
+                                              _epoch_span(history, row.epochs_to_target, row.report))
+    return dataclasses.replace(
+        row, vs_normal_low=low, vs_normal_high=high, interval_basis=WITHIN_ONE_RUN if low else "",
+        time_to_accuracy_low=to_target.low if to_target else None,
+        time_to_accuracy_high=to_target.high if to_target else None, repeats_to_decide=repeats)
+
+
+def _epoch_span(history: list[dict[str, float]], epoch: int, report: TrainReport) -> tuple[float, float]:
+    """When, in training seconds, epoch ``epoch`` (1-based) began and ended; the first begins once its overhead is paid."""
+    ends = training_seconds(history)
+    start = ends[epoch - 2] if epoch > 1 else max(report.first_epoch_overhead_seconds, 0.0)
+    return start, ends[epoch - 1]
 
 
 def _given(report: TrainReport) -> str:

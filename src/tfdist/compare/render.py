@@ -18,6 +18,7 @@ from matplotlib.figure import Figure  # pyplot-free: files only, no display or b
 from tfdist import atomic
 from tfdist.compare.comparison import ROW_RECORDS, Comparison, Projection, RunRow
 from tfdist.compare.compute import training_seconds
+from tfdist.compare.noise import median_interval, steady
 from tfdist.measures import Table, columns
 
 #: Figure file names, in the order the document shows them (the projection's only where a run was projected).
@@ -70,6 +71,12 @@ def document(comparison: Comparison) -> list[Block]:
               f"{rows[0].target_accuracy:.2f} (`compare.target_accuracy`), as MLPerf Training scores time to a "
               "quality: a run with a larger global batch may need more epochs. Speed-up to target is normal "
               "training's time to it divided by the run's."),
+        ("p", "In brackets, each speed-up's 95% interval. With one run each it rests on the steady epochs within "
+              "the run (a bootstrap of the ratio of the two runs' median epochs): it says how steady each run was, "
+              "not how much a run on another day would differ. The speed-up to target's rests on its resolution: a "
+              "run is seen to reach the target only at an epoch's end. A verdict says \"paid off\" or \"did not "
+              "pay off\" only where the whole interval lies above or below 1.0, otherwise \"within noise\"."),
+        *_disturbed_note(rows),
         ("p", "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync); "
               "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to)."),
         *_asynchronous_note(rows),
@@ -78,6 +85,15 @@ def document(comparison: Comparison) -> list[Block]:
         *[("img", f"figures/{name}", alt) for name, alt in figures_of(comparison)],
     ]
     return blocks
+
+
+def _disturbed_note(rows: list[RunRow]) -> list[Block]:
+    """The runs whose machine was busy with something else while they trained: their numbers are partly the machine's."""
+    flagged = [f"{row.name} ({row.report.disturbed})" for row in rows if row.report.disturbed]
+    if not flagged:
+        return []
+    return [("p", "**Disturbed while training:** " + "; ".join(flagged) + ". Their timings are partly the machine's: "
+                  "run them again on a quiet machine before trusting a close call.")]
 
 
 def table_markdown(table: Table, rows: list[RunRow]) -> str:
@@ -211,7 +227,7 @@ def plot_figures(comparison: Comparison, histories: dict[str, list[dict]], out_d
     rows = comparison.rows
     drawn = {
         "time_to_accuracy.png": lambda: _time_to_accuracy_figure(rows, histories),
-        "throughput.png": lambda: _throughput_figure(rows),
+        "throughput.png": lambda: _throughput_figure(rows, histories),
         "accuracy_vs_time.png": lambda: _accuracy_vs_time_figure(rows),
         "loss_curves.png": lambda: _loss_figure(rows, histories),
         PROJECTION_FIGURE: lambda: _projection_figure(comparison),
@@ -226,14 +242,19 @@ def _time_to_accuracy_figure(rows: list[RunRow], histories: dict[str, list[dict]
     for index, row in enumerate(rows):
         history = histories.get(row.name, [])
         if history and all("val_accuracy" in h for h in history):
-            axis.plot(training_seconds(history), [h["val_accuracy"] for h in history],
-                      marker=_MARKERS[index % len(_MARKERS)], label=_reached(row))
+            line, = axis.plot(training_seconds(history), [h["val_accuracy"] for h in history],
+                              marker=_MARKERS[index % len(_MARKERS)], label=_reached(row))
+            if row.epochs_to_target and row.epochs_to_target > 1:  # reached somewhere within that epoch
+                ends = training_seconds(history)
+                start, end = ends[row.epochs_to_target - 2], ends[row.epochs_to_target - 1]
+                axis.errorbar((start + end) / 2, row.target_accuracy, xerr=(end - start) / 2, color=line.get_color(),
+                              capsize=4, linewidth=2, alpha=0.6)
     target = rows[0].target_accuracy
     axis.axhline(target, color="black", linestyle="--", linewidth=1)
     axis.annotate(f"target {target:.2f} (compare.target_accuracy)", (0, target), xycoords=("axes fraction", "data"),
                   xytext=(4, 4), textcoords="offset points", fontsize=8,
                   bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
-    axis.set(title="Time to accuracy: validation accuracy against training seconds", xlabel="training seconds",
+    axis.set(title="Time to accuracy (bars: the epoch each run reached the target in)", xlabel="training seconds",
              ylabel="validation accuracy")
     axis.legend(fontsize=8, loc="lower right")
     return fig
@@ -245,12 +266,18 @@ def _reached(row: RunRow) -> str:
     return f"{row.name}: {row.seconds_to_target:.1f} s to target"
 
 
-def _throughput_figure(rows: list[RunRow]) -> Figure:
+def _throughput_figure(rows: list[RunRow], histories: dict[str, list[dict]]) -> Figure:
+    """Steady throughput per run, each bar with its error bar (the bootstrap interval of its median epoch), and wall time."""
     fig = Figure(figsize=(10, 4))
     left, right = fig.subplots(1, 2)
     names = [r.name for r in rows]
-    left.bar(names, [r.report.steady_samples_per_second for r in rows], color="tab:blue")
-    left.set(title="Training throughput", ylabel="samples / s")
+    values = [r.report.steady_samples_per_second for r in rows]
+    spans = [median_interval(steady([h["samples_per_second"] for h in histories.get(r.name, [])
+                                     if "samples_per_second" in h])) for r in rows]
+    errors = [[max(0.0, v - s[0]) if s else 0.0 for v, s in zip(values, spans, strict=True)],
+              [max(0.0, s[1] - v) if s else 0.0 for v, s in zip(values, spans, strict=True)]]
+    left.bar(names, values, color="tab:blue", yerr=errors, capsize=4, ecolor="black")
+    left.set(title="Training throughput (bars: 95% interval of the steady epochs)", ylabel="samples / s")
     right.bar(names, [r.report.train_seconds for r in rows], color="tab:orange")
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):

@@ -84,8 +84,11 @@ def _track_comparison(config: Config, comparison: Comparison, files: list[Path],
             "fastest": max(rows, key=lambda row: row.report.steady_samples_per_second).name, "best": ranked[0].name,
             "mlflow.note.content": "\n".join([comparison.verdict, "", "Runs compared:", *links]),
         })
+        fastest = max(rows, key=lambda row: row.speedup)
+        interval = fastest.interval("speedup")
         runs.log_metrics({
-            "best_speedup": max(row.speedup for row in rows),
+            "best_speedup": fastest.speedup,
+            **({"best_speedup_low": interval.low, "best_speedup_high": interval.high} if interval else {}),
             "best_test_accuracy": ranked[0].test_accuracy,
             "runs_compared": len(rows),
         })

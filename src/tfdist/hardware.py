@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 
+from tfdist.measures import measure
+
 #: Host names that mean "this machine" in a cluster spec.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -58,24 +60,93 @@ def describe(device_kinds: list[str], gpu_models: list[str], cluster_hosts: list
     return Hardware(hosts, os.cpu_count() or 1, cpu_model(), list(device_kinds), list(gpu_models))
 
 
+#: A training is flagged as disturbed where the host took at least this much of the machine's CPU time
+#: (steal: a VM's host giving its cores to another guest), or other programs used at least this much of it.
+STEAL_DISTURBS_PERCENT = 5.0
+OTHERS_DISTURB_PERCENT = 10.0
+
+
+@dataclass(frozen=True)
+class MachineNoise:
+    """What the machine gave a training while it trained, besides the training: the noise under its timings.
+
+    Attributes:
+        steal_percent: of the machine's CPU time, what its host took (``steal`` in /proc/stat: a VM's
+            hypervisor running another guest on its cores).
+        others_percent: of the machine's CPU time, what programs other than the training's own processes used.
+        usable_cpus: the CPUs the training's process could run on (its affinity).
+    """
+
+    steal_percent: float = field(metadata=measure(mlflow="machine_steal_percent"))
+    others_percent: float = field(metadata=measure(mlflow="machine_others_percent"))
+    usable_cpus: int = field(metadata=measure(mlflow="usable_cpus"))
+
+    @property
+    def disturbed(self) -> bool:
+        return self.steal_percent >= STEAL_DISTURBS_PERCENT or self.others_percent >= OTHERS_DISTURB_PERCENT
+
+    def what(self) -> str:
+        """What disturbed it, in words ("" where nothing did)."""
+        found = []
+        if self.steal_percent >= STEAL_DISTURBS_PERCENT:
+            found.append(f"the host took {self.steal_percent:.0f}% of the machine's CPU time (steal)")
+        if self.others_percent >= OTHERS_DISTURB_PERCENT:
+            found.append(f"other programs used {self.others_percent:.0f}% of it")
+        return " and ".join(found)
+
+
 class CpuMeter:
-    """Mean CPU utilisation of this whole machine over a block, as MLflow's ``system/cpu_utilization_percentage``.
+    """Mean CPU utilisation of this whole machine over a block, as MLflow's ``system/cpu_utilization_percentage``,
+    and what of it was not the training's (:class:`MachineNoise`).
 
     Machine-wide, not this process's: a local multi-worker run's workers and
     parameter servers are other processes on the same cores. 100 means every
-    core busy for the whole block.
+    core busy for the whole block. The training's own processes are ``root``
+    (a pid; this process by default: give a local launcher's pid to count its
+    other tasks as the training's) and everything it started.
     """
+
+    def __init__(self, root: int | None = None):
+        self.root = root or os.getpid()
 
     def __enter__(self) -> CpuMeter:
         self._start = psutil.cpu_times()
+        self._own_start = _tree_cpu_seconds(self.root)
         self.percent = 0.0
+        self.own_seconds = 0.0  # CPU seconds of the training's processes over the block
+        self.noise: MachineNoise | None = None
         return self
 
     def __exit__(self, *exc: object) -> None:
+        end = psutil.cpu_times()
         busy_start, total_start = _busy_and_total(self._start)
-        busy_end, total_end = _busy_and_total(psutil.cpu_times())
+        busy_end, total_end = _busy_and_total(end)
         total = total_end - total_start
-        self.percent = 100.0 * (busy_end - busy_start) / total if total > 0 else 0.0
+        if total <= 0:
+            return
+        self.percent = 100.0 * (busy_end - busy_start) / total
+        own_end = _tree_cpu_seconds(self.root)
+        self.own_seconds = own = sum(seconds - self._own_start.get(pid, 0.0) for pid, seconds in own_end.items())
+        steal = getattr(end, "steal", 0.0) - getattr(self._start, "steal", 0.0)
+        others = max(0.0, busy_end - busy_start - steal - own)
+        self.noise = MachineNoise(round(100 * steal / total, 2), round(100 * others / total, 2), len(usable_cpus()))
+
+
+def _tree_cpu_seconds(root: int) -> dict[int, float]:
+    """CPU seconds of ``root`` and every process it started, by pid: each one's own and its ended children's."""
+    try:
+        parent = psutil.Process(root)
+        tree = [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        return {}
+    found = {}
+    for process in tree:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        found[process.pid] = times.user + times.system + times.children_user + times.children_system
+    return found
 
 
 def _busy_and_total(times: Any) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from tfdist import atomic
 from tfdist.config import build_record
 from tfdist.errors import InputError
-from tfdist.hardware import Hardware
+from tfdist.hardware import Hardware, MachineNoise
 from tfdist.measures import Ratio, measure
 
 T = TypeVar("T")
@@ -137,6 +137,7 @@ class TrainReport:
             multi-worker runs only; None elsewhere).
         threads: the CPUs and thread pools of its processes (None in reports
             written before it was recorded).
+        machine: what else the machine did while it trained: steal, other programs (None in older reports).
     """
 
     name: str
@@ -167,10 +168,10 @@ class TrainReport:
     traces: dict[str, int] = field(metadata=measure(mlflow="{key}_function_traces"))
     steady_samples_per_second: float = field(metadata=measure(
         mlflow="steady_samples_per_second", table="results", heading="samples/s", format="{:,.0f}", better="higher",
-        headline="samples_per_second"))
+        headline="samples_per_second", ratio=Ratio("throughput_speedup", headline=True, samples="samples_per_second")))
     steady_epoch_seconds: float = field(metadata=measure(
         mlflow="steady_epoch_seconds", table="results", heading="s/epoch", format="{:.3f}", better="lower",
-        ratio=Ratio("speedup", "speed-up vs normal", headline=True)))
+        ratio=Ratio("speedup", "speed-up vs normal", headline=True, samples="epoch_seconds")))
     first_epoch_overhead_seconds: float = field(metadata=measure(
         mlflow="first_epoch_overhead_seconds", table="results", heading="1st-epoch overhead (s)", format="{:.2f}",
         better="lower"))
@@ -201,6 +202,12 @@ class TrainReport:
     hardware: Hardware
     collectives: CollectiveCosts | None = None
     threads: ThreadSettings | None = None
+    machine: MachineNoise | None = None
+
+    @property
+    def disturbed(self) -> str:
+        """What disturbed its machine while it trained, in words ("" where nothing did, or it was not recorded)."""
+        return self.machine.what() if self.machine is not None else ""
 
 
 @dataclass(frozen=True)

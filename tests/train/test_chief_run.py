@@ -7,6 +7,7 @@ import pytest
 
 from tfdist.config import MlflowConfig, load_config
 from tfdist.distribute.registry import get_spec
+from tfdist.hardware import CpuMeter
 from tfdist.reports import RunPaths, TrainReport, read_report, write_report
 from tfdist.tracking import experiment, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience
@@ -31,14 +32,17 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     run.open()  # the store exists now, before any training
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
 
-    result = run.fit()
+    with CpuMeter() as cpu:
+        result = run.fit()
     assert [row["epoch"] for row in result.history] == [1]
     assert (run.backup.folder / "state.json").is_file(), "the epoch was backed up"
     digest = run.save(result, paths.model, Patience(30.0, "the test store"))
     assert (paths.model / "MLmodel").is_file() and len(digest) == 64
 
-    report = run.report(result, digest, "", hardware_support("float32"), cpu_percent=50.0, costs=Costs([1], 0))
+    report = run.report(result, digest, "", hardware_support("float32"), cpu, costs=Costs([1], 0))
     assert isinstance(report, TrainReport) and report.run_label == "phases · fit · float32"
+    assert report.machine is not None and report.machine.usable_cpus == len(os.sched_getaffinity(0))
+    assert 0 <= report.machine.steal_percent <= 100 and 0 <= report.machine.others_percent <= 100
     assert report.paradigm == "none" and report.hardware.cpu_cores == os.cpu_count()
     assert report.hardware.device_kinds in (["CPU"], ["GPU"]) and report.weights_sha256 == digest
     write_report(tmp_path / "phases.json", report)

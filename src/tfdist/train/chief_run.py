@@ -11,12 +11,14 @@ chief (or only) process also:
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tfdist import atomic
 from tfdist.atomic import crash_point
+from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
 from tfdist.data.prepared import load_split, splits_digest
 from tfdist.errors import InputError
@@ -137,7 +139,7 @@ class ChiefRun(TaskRun):
                     if run_id != resumed_run_id:  # a resumed run has its input already
                         self.log_dataset()
                     try:
-                        with CpuMeter() as cpu:
+                        with CpuMeter(self.training_root) as cpu:
                             result = self.fit([TrackedEpochs(outbox, self.backup)])
                     except Diverged as err:
                         runs.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
@@ -145,7 +147,7 @@ class ChiefRun(TaskRun):
                     patience.restart_clock()
                     digest = self.save(result, outputs.stage(self.paths.model), patience)
                     report = self.recorded_report(digest) or self.report(
-                        result, digest, run_id, support, cpu.percent,
+                        result, digest, run_id, support, cpu,
                         step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size))
                     self.backup.save(report=to_dict(report))
                     runs.log_metrics(mlflow_metrics(report), patience=patience)
@@ -251,8 +253,13 @@ class ChiefRun(TaskRun):
         )
         return digest
 
+    @property
+    def training_root(self) -> int | None:
+        """The process whose tree is this training's (:class:`tfdist.hardware.CpuMeter`): the local launcher's, for its task."""
+        return os.getppid() if self.task is not None and SCRATCH_ENV in os.environ else None
+
     def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,
-               cpu_percent: float, costs: Costs) -> TrainReport:
+               cpu: CpuMeter, costs: Costs) -> TrainReport:
         """The typed train report: what the strategy resolved to, the knobs, what the fit and the step measured."""
         info, train = self.info, self.config.train
         return TrainReport(
@@ -263,11 +270,12 @@ class ChiefRun(TaskRun):
             precision_support={p: PrecisionSupport(found.can_be_faster, found.reason)
                                for p, found in ((p, hardware_support(p)) for p in MIXED_PRECISIONS)},
             run_label=self.title, clip_method=train.clip.method, clip_value=train.clip.value, lr_scaling=train.lr_scaling,
-            base_learning_rate=train.learning_rate, **result.measured(), cpu_percent=cpu_percent, **asdict(costs),
+            base_learning_rate=train.learning_rate, **result.measured(), cpu_percent=cpu.percent, **asdict(costs),
             weights_sha256=digest, mlflow_run_id=run_id, tensorflow=tf.__version__,
             hardware=detect_hardware(self.task.hosts if self.task else None),
             threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
                                    tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
+            machine=cpu.noise,
         )
 
 

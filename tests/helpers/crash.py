@@ -26,6 +26,10 @@ from helpers.project import REPO, local_mode_environment, running_stage_tasks, t
 
 #: The pass of a point a walk kills at, where the first is not the one to test.
 NTH_PASS = {"epoch.trained": 2}  # in epoch 2: epoch 1 is backed up, epoch 2 is lost
+#: A training's points up to its last epoch's backup: where strategies differ. After them the chief saves,
+#: logs and commits with the same code under every strategy; that code is walked where the chief is the
+#: stage's first process (default) and where it is a task of its own (multi_worker_mirrored).
+TRAINING_POINTS = crash_points_of("train")[:crash_points_of("train").index("backup.written") + 1]
 
 
 def stage_command(stage: str, *args: str) -> list[str]:
@@ -42,15 +46,15 @@ def run_stage(command: list[str], crash: str | None = None, timeout: float = 300
 
 
 def walk(stage: str, command: list[str], after_kill: Callable[[str], None] = lambda point: None,
-         timeout: float = 300, said: bool = True) -> list[str]:
-    """Kill ``stage`` at each of its points in turn, calling ``after_kill(point)``, then run it to the end.
+         timeout: float = 300, said: bool = True, points: list[str] | None = None) -> list[str]:
+    """Kill ``stage`` at each of its points (or ``points``) in turn, calling ``after_kill(point)``, then run it to the end.
 
     ``said``: the process that dies says which point killed it on the stage's own
     stderr (not so a task of a local cluster, whose launcher dies before relaying it).
     Returns every run's output (stderr, then stdout), the finishing run's last.
     """
     outputs = []
-    for point in crash_points_of(stage):
+    for point in points or crash_points_of(stage):
         switch = f"{point}@{NTH_PASS[point]}" if point in NTH_PASS else point
         done = run_stage(command, switch, timeout)
         outputs.append(done.stderr + done.stdout)
@@ -136,8 +140,9 @@ class Workspace:
         return run
 
 
-def walk_a_cluster(workspace: Workspace, name: str, reference_root: Path | None = None) -> dict[str, Any]:
-    """Walk training ``name`` of a local cluster through every crash point; its report, checked.
+def walk_a_cluster(workspace: Workspace, name: str, reference_root: Path | None = None,
+                   points: list[str] | None = None) -> dict[str, Any]:
+    """Walk training ``name`` of a local cluster through every crash point (or ``points``); its report, checked.
 
     After every kill no task of the stage is left running; at the end the
     training has one FINISHED MLflow run (every epoch once, no metric twice at
@@ -147,7 +152,7 @@ def walk_a_cluster(workspace: Workspace, name: str, reference_root: Path | None 
     def after_kill(point: str) -> None:
         assert wait_until_gone(lambda: running_stage_tasks(workspace.root)) == [], f"tasks left after the kill at {point}"
 
-    walk("train", workspace.train(name), after_kill, said=False)
+    walk("train", workspace.train(name), after_kill, said=False, points=points)
     report = json.loads((workspace.reports / "train" / f"{name}.json").read_text())
     assert report["epochs"] == 2 and report["val_accuracy"] > 0.8
     if reference_root is not None:

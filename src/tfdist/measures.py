@@ -184,11 +184,15 @@ def _ratio_reader(name: str) -> Callable[[Any], str]:
         value = row.vs_normal.get(name)
         if value is None:
             return "–"
-        low, high = row.vs_normal_low.get(name), row.vs_normal_high.get(name)
-        return f"{value:.2f}x" + ("" if low is None or high is None else f" {interval_text(low, high)}")
+        return banded(value, row.vs_normal_low.get(name), row.vs_normal_high.get(name))
     return cell
 
 
 def interval_text(low: float, high: float) -> str:
     """A ratio's interval beside it in a cell: ``(0.47-0.55)``."""
     return f"({low:.2f}-{high:.2f})"
+
+
+def banded(value: float, low: float | None, high: float | None) -> str:
+    """A ratio and its interval where it has one: ``0.51x (0.47-0.55)``, or ``0.51x``."""
+    return f"{value:.2f}x" + ("" if low is None or high is None else f" {interval_text(low, high)}")

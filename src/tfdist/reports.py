@@ -64,6 +64,8 @@ class CollectiveCosts:
         large_bytes, large_seconds: the gradient-sized probe (the model's gradients) and its median time.
         latency_seconds: an all-reduce's fixed cost (the small probe's time).
         seconds_per_byte: what each further byte added.
+        small_samples, large_samples: each probe's timings, one per call (their spread is the projection's;
+            empty in reports written before they were kept).
     """
 
     workers: int
@@ -73,6 +75,8 @@ class CollectiveCosts:
     large_seconds: float
     latency_seconds: float = field(metadata=measure(mlflow="allreduce_latency_ms", scale=1e3, better="lower"))
     seconds_per_byte: float = field(metadata=measure(mlflow="allreduce_ns_per_byte", scale=1e9, better="lower"))
+    small_samples: list[float] = field(default_factory=list)
+    large_samples: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

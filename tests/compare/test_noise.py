@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tfdist.compare.comparison import headline_metrics
-from tfdist.compare.compute import build_comparison
+from tfdist.compare.comparison import Network, headline_metrics
+from tfdist.compare.compute import build_comparison, projection
 from tfdist.compare.noise import (
     EPOCH_RESOLUTION,
     WITHIN_ONE_RUN,
@@ -16,6 +16,7 @@ from tfdist.compare.noise import (
     time_to_accuracy_interval,
 )
 from tfdist.compare.render import render_markdown
+from tfdist.reports import CollectiveCosts
 
 from helpers.reports import eval_report, train_report
 
@@ -96,3 +97,29 @@ def test_a_speed_up_wholly_above_one_is_paid_off_and_one_wholly_below_did_not():
     to_target = slower.runs["mirrored"]
     assert to_target.time_to_accuracy_low is not None and to_target.time_to_accuracy_high < 1, \
         "both reached 0.95 in epoch 4: the run's whole epoch 4 ends after normal's does"
+
+
+def test_the_projection_carries_the_spread_of_its_measured_terms_as_a_band():
+    # 25 examples a step per worker; normal's steady epochs and the run's, each a little unsteady
+    costs = CollectiveCosts(workers=2, small_bytes=4, small_seconds=1e-3, large_bytes=400_000, large_seconds=1.8e-3,
+                            latency_seconds=1e-3, seconds_per_byte=2e-9, small_samples=[0.9e-3, 1e-3, 1.2e-3],
+                            large_samples=[1.6e-3, 1.8e-3, 2.1e-3])
+    normal_epochs, run_epochs = [2.0, 1.0, 1.1, 0.95, 1.05], [1.0, 0.2, 0.22, 0.19, 0.21]
+    reports = {
+        "normal": train_report("default", 10.0, steady_samples_per_second=1000.0, steady_epoch_seconds=1.0),
+        "multi_worker_mirrored": train_report(
+            "multi_worker_mirrored", 5.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
+            steady_samples_per_second=5000.0, steady_epoch_seconds=0.2, collectives=costs),
+    }
+    accuracy = [0.5, 0.8, 0.9, 0.96, 0.97]
+    histories = {"normal": history(normal_epochs, accuracy), "multi_worker_mirrored": history(run_epochs, accuracy)}
+    built = build_comparison(reports, {name: eval_report(name, 0.95) for name in reports}, histories)
+    (p,) = projection(built.rows, Network(1.0, 100.0), histories=histories)
+    for n, value in p.projected_speedup.items():
+        assert p.speedup_low[n] < value < p.speedup_high[n], f"{n} machines: the point inside its band"
+    assert p.ceiling_low < p.ceiling_speedup < p.ceiling_high
+    assert p.break_even_machines is not None and p.break_even_fewest <= p.break_even_machines
+    assert p.break_even_most is None or p.break_even_machines <= p.break_even_most
+    assert p.break_even_text().startswith(f"{p.break_even_machines} machines (")
+    without = projection(built.rows, Network(1.0, 100.0))[0]
+    assert without.speedup_low == {} and without.projected_speedup == p.projected_speedup, "no spread recorded: no band"

@@ -14,6 +14,7 @@ from tfdist.compare.comparison import Advice, Network, Projection, RunRow
 from tfdist.compare.noise import Decision
 from tfdist.config import MIXED_PRECISIONS
 from tfdist.distribute.registry import splits_layers
+from tfdist.measures import banded
 from tfdist.reports import PrecisionSupport
 
 # Below this ratio either way, a speed difference is taken for noise where it has no measured interval
@@ -100,7 +101,7 @@ def _across_machines(rows: list[RunRow], projections: Sequence[Projection], netw
     speedup = p.projected_speedup[str(n)]
     text = (f"Across machines it pays: {p.name} on {n} machines of a {network.gbit:g} Gbit/s network "
             f"({network.latency_us:g} µs latency) is projected at {speedup:.2f}x normal training's speed"
-            + (f" (breaking even at {p.break_even_machines} machines, "
+            + (f" (breaking even at {p.break_even_text()}, "
                f"{p.projected_speedup[str(PROJECTED_MACHINES[-1])]:.2f}x with {PROJECTED_MACHINES[-1]})"
                if p.break_even_machines else ""))
     run, normal = next((row for row in rows if row.name == p.name), None), rows[0]
@@ -259,14 +260,18 @@ def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Ne
              f"{network.gbit:g} Gbit/s network with {network.latency_us:g} µs latency (`compare.network_gbit`, "
              f"`compare.network_latency_us`).")
     ceiling = (f"however many machines, each adds 2 messages to every step, which caps it at "
-               f"{p.ceiling_speedup:.2f}x normal speed")
+               f"{banded(p.ceiling_speedup, p.ceiling_low, p.ceiling_high)} normal speed")
+    at_most = banded(p.projected_speedup[n], p.speedup_low.get(n), p.speedup_high.get(n))
     if p.break_even_machines is None:
         verdict_text = (f" On that network it never matches normal training's {p.normal_step_ms:.2f} ms step "
-                        f"({p.projected_speedup[n]:.2f}x with {n} machines): {ceiling}.")
+                        f"({at_most} with {n} machines): {ceiling}.")
     else:
-        verdict_text = (f" It would need {p.break_even_machines} machines to match normal training "
-                        f"({p.normal_step_ms:.2f} ms a step) and would run {p.projected_speedup[n]:.2f}x as fast "
+        verdict_text = (f" It would need {p.break_even_text()} to match normal training "
+                        f"({p.normal_step_ms:.2f} ms a step) and would run {at_most} as fast "
                         f"with {n}; {ceiling}.")
+    if p.speedup_low:
+        verdict_text += (" In brackets, the 95% band the spread of its measured terms gives (the steady epochs, "
+                         "the all-reduce probes' calls).")
     return rests + verdict_text + " " + CHECKED + left_out
 
 

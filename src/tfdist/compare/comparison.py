@@ -136,6 +136,11 @@ class Projection:
             assumed network and the speed against normal training.
         break_even_machines: the fewest machines that match normal training (None: never, or not within reach).
         ceiling_speedup: the speed-up however many machines (each adds 2 messages to every step).
+        speedup_low, speedup_high: per machine count, the 95% band of ``projected_speedup`` from its measured
+            terms' spread (empty where they have none recorded).
+        break_even_fewest, break_even_most: the machines to break even across that band (most None: the
+            band's bottom never reaches 1.0 within reach).
+        ceiling_low, ceiling_high: the ceiling's band.
     """
 
     name: str
@@ -150,6 +155,20 @@ class Projection:
     projected_speedup: dict[str, float]
     break_even_machines: int | None
     ceiling_speedup: float
+    speedup_low: dict[str, float] = field(default_factory=dict)
+    speedup_high: dict[str, float] = field(default_factory=dict)
+    break_even_fewest: int | None = None
+    break_even_most: int | None = None
+    ceiling_low: float | None = None
+    ceiling_high: float | None = None
+
+    def break_even_text(self) -> str:
+        """The machines to break even, with the band's range where it has one: ``3 machines (2-5)``; ``never``."""
+        if self.break_even_machines is None:
+            return "never"
+        fewest, most = self.break_even_fewest, self.break_even_most
+        spread = "" if fewest is None else f" ({fewest}-{most})" if most is not None else f" ({fewest} to never)"
+        return f"{self.break_even_machines} machines{spread}"
 
 
 @dataclass(frozen=True)

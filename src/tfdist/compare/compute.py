@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 
 from tfdist.compare.advice import PROJECTED_MACHINES, advice, verdict
 from tfdist.compare.comparison import Comparison, Network, Projection, RunRow
 from tfdist.compare.noise import (
     WITHIN_ONE_RUN,
+    band,
+    bootstrap_about,
     ratio_interval,
     repeats_to_decide,
     steady,
@@ -52,7 +57,7 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
             for name in [NORMAL_RUN, *sorted(n for n in train if n != NORMAL_RUN)]]
     support = dict(base.precision_support)
     network = Network(settings.network_gbit, settings.network_latency_us)
-    projections = projection(rows, network)
+    projections = projection(rows, network, histories=histories)
     return Comparison(
         verdict=verdict(rows, projections, network),
         advice=advice(rows, projections, support, network),
@@ -177,16 +182,22 @@ def all_reduce_seconds(machines: int, size: int, calibration: CollectiveCosts, n
     whatever the wire. ``network`` adds the wire: its latency to each message,
     its transfer time to each byte (None: the wire here, already measured).
     """
-    workers = calibration.workers
-    message = calibration.latency_seconds / (2 * (workers - 1))
-    per_byte = calibration.seconds_per_byte / (2 * (workers - 1) / workers)
+    return ring_seconds(machines, size, calibration.latency_seconds, calibration.seconds_per_byte, calibration.workers,
+                        network)
+
+
+def ring_seconds(machines: int, size: int, latency: Any, per_byte: Any, workers: int, network: Network | None) -> Any:
+    """:func:`all_reduce_seconds` from the calibration's two terms, floats or arrays of them (the projection's band)."""
+    message = latency / (2 * (workers - 1))
+    byte = per_byte / (2 * (workers - 1) / workers)
     if network is not None:
-        message += network.latency_us * 1e-6
-        per_byte += network.seconds_per_byte
-    return 2 * (machines - 1) * message + 2 * (machines - 1) / machines * size * per_byte
+        message = message + network.latency_us * 1e-6
+        byte = byte + network.seconds_per_byte
+    return 2 * (machines - 1) * message + 2 * (machines - 1) / machines * size * byte
 
 
-def projection(rows: list[RunRow], network: Network, most: int = 10_000) -> list[Projection]:
+def projection(rows: list[RunRow], network: Network, most: int = 10_000,
+               histories: Mapping[str, list[dict[str, float]]] | None = None) -> list[Projection]:
     """step(N) = compute + all-reduce(N) for every run that all-reduced across workers, its terms measured here.
 
     The compute of a step is what the run's measured step took beyond its
@@ -200,11 +211,57 @@ def projection(rows: list[RunRow], network: Network, most: int = 10_000) -> list
     gives it, and the machines needed to match normal training (None: not
     within ``most``, or never, when the ceiling is below 1). Runs without a
     calibration (one machine's strategies, parameter_server's pulls and
-    pushes) are not projected.
+    pushes) are not projected. With ``histories`` and the calibration's
+    samples, each number also gets its 95% band (:func:`_with_band`).
     """
     normal = rows[0]
-    return [_projected(row, normal, network, most) for row in rows[1:]
-            if row.report.paradigm == "data" and row.report.collectives]
+    return [_with_band(_projected(row, normal, network, most), row, normal, network, most, histories or {})
+            for row in rows[1:] if row.report.paradigm == "data" and row.report.collectives]
+
+
+def _with_band(projected: Projection, row: RunRow, normal: RunRow, network: Network, most: int,
+               histories: Mapping[str, list[dict[str, float]]]) -> Projection:
+    """``projected`` with the band its measured terms' spread gives each number.
+
+    A bootstrap: the run's and normal training's steady throughput (their
+    epochs) and both all-reduce probes (their calls) resampled together, the
+    projection computed for each resample, and the central 95% of what it gave
+    kept: the speed-up per machine count, the ceiling, and the machines to
+    break even as the fewest (the band's top reaches 1.0) to the most (its
+    bottom does; None: not within ``most``). Unchanged where a term has no spread recorded.
+    """
+    run, base, calibration = row.report, normal.report, row.report.collectives
+    run_epochs = steady([h["samples_per_second"] for h in histories.get(row.name, []) if "samples_per_second" in h])
+    normal_epochs = steady([h["samples_per_second"] for h in histories.get(normal.name, []) if "samples_per_second" in h])
+    if (calibration is None or min(len(run_epochs), len(normal_epochs), len(calibration.small_samples),
+                                   len(calibration.large_samples)) < 2):
+        return projected
+    rng = np.random.default_rng(0)
+    step = run.global_batch_size / bootstrap_about(run_epochs, run.steady_samples_per_second, rng)
+    base_speed = bootstrap_about(normal_epochs, base.steady_samples_per_second, rng)
+    small = bootstrap_about(calibration.small_samples, calibration.small_seconds, rng)
+    large = bootstrap_about(calibration.large_samples, calibration.large_seconds, rng)
+    per_byte = np.maximum(0.0, (large - small) / (calibration.large_bytes - calibration.small_bytes))
+    workers, size, per_machine = calibration.workers, calibration.large_bytes, projected.examples_per_machine
+    compute = np.maximum(0.0, step - ring_seconds(workers, size, small, per_byte, workers, None))
+
+    def speedups(machines: int) -> np.ndarray:
+        return machines * per_machine / (compute + ring_seconds(machines, size, small, per_byte, workers, network)) / base_speed
+
+    bands = {str(n): band(speedups(n)) for n in PROJECTED_MACHINES}
+    ceiling = band(per_machine / ring_seconds(2, 0, small, per_byte, workers, network) / base_speed)
+    fewest = most_machines = None
+    if ceiling[1] > 1:
+        for machines in range(2, most + 1):
+            low, high = band(speedups(machines))
+            fewest = fewest or (machines if high >= 1 else None)
+            if low >= 1 or (fewest and ceiling[0] <= 1):  # the bottom reaches 1.0, or never will
+                most_machines = machines if low >= 1 else None
+                break
+    return dataclasses.replace(
+        projected, speedup_low={n: float(b[0]) for n, b in bands.items()},
+        speedup_high={n: float(b[1]) for n, b in bands.items()}, break_even_fewest=fewest,
+        break_even_most=most_machines, ceiling_low=float(ceiling[0]), ceiling_high=float(ceiling[1]))
 
 
 def _projected(row: RunRow, normal: RunRow, network: Network, most: int) -> Projection:

@@ -70,10 +70,9 @@ def ratio_interval(normal: Sequence[float], run: Sequence[float], better: Litera
     if len(normal) < 2 or len(run) < 2:
         return None
     rng = np.random.default_rng(0)
-    normal_medians = np.median(rng.choice(np.asarray(normal, float), (RESAMPLES, len(normal))), axis=1)
-    run_medians = np.median(rng.choice(np.asarray(run, float), (RESAMPLES, len(run))), axis=1)
+    normal_medians, run_medians = bootstrap_medians(normal, rng), bootstrap_medians(run, rng)
     ratios = normal_medians / run_medians if better == "lower" else run_medians / normal_medians
-    low, high = np.quantile(ratios, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    low, high = band(ratios)
     if around is not None:
         own = float(np.median(normal) / np.median(run) if better == "lower" else np.median(run) / np.median(normal))
         low, high = low * around / own, high * around / own
@@ -84,9 +83,23 @@ def median_interval(samples: Sequence[float]) -> tuple[float, float] | None:
     """The bootstrap interval of one run's median (a figure's error bar); None for fewer than 2 samples."""
     if len(samples) < 2:
         return None
-    medians = np.median(np.random.default_rng(0).choice(np.asarray(samples, float), (RESAMPLES, len(samples))), axis=1)
-    low, high = np.quantile(medians, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    low, high = band(bootstrap_medians(samples, np.random.default_rng(0)))
     return float(low), float(high)
+
+
+def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    """:data:`RESAMPLES` medians of ``samples`` resampled with replacement (one sample: itself, every time)."""
+    return np.median(rng.choice(np.asarray(samples, float), (RESAMPLES, len(samples))), axis=1)
+
+
+def bootstrap_about(samples: Sequence[float], value: float, rng: np.random.Generator) -> np.ndarray:
+    """:func:`bootstrap_medians` of ``samples`` carried onto ``value`` (the statistic a report states for them)."""
+    return bootstrap_medians(samples, rng) * (value / float(np.median(samples)))
+
+
+def band(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The :data:`LEVEL` central interval of bootstrap ``values`` along ``axis``: (low, high)."""
+    return np.quantile(values, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], axis=axis)
 
 
 def repeats_to_decide(normal: Sequence[float], run: Sequence[float], ratio: float) -> int | None:

@@ -19,7 +19,7 @@ from tfdist import atomic
 from tfdist.compare.comparison import ROW_RECORDS, Comparison, Projection, RunRow
 from tfdist.compare.compute import training_seconds
 from tfdist.compare.noise import median_interval, steady
-from tfdist.measures import Table, columns
+from tfdist.measures import Table, banded, columns
 
 #: Figure file names, in the order the document shows them (the projection's only where a run was projected).
 FIGURES = (
@@ -113,9 +113,9 @@ def _scaling_table(projections: list[Projection]) -> Block:
     headers = ["run", "step here (ms)", "all-reduce here (ms)", "compute (ms)", "to break even",
                *[f"speed-up with {n}" for n in counts], "ceiling"]
     rows = [
-        [p.name, f"{p.step_ms:.2f}", f"{p.all_reduce_here_ms:.2f}", f"{p.compute_ms:.2f}",
-         "never" if p.break_even_machines is None else f"{p.break_even_machines} machines",
-         *[f"{p.projected_speedup[n]:.2f}x" for n in counts], f"{p.ceiling_speedup:.2f}x"]
+        [p.name, f"{p.step_ms:.2f}", f"{p.all_reduce_here_ms:.2f}", f"{p.compute_ms:.2f}", p.break_even_text(),
+         *[banded(p.projected_speedup[n], p.speedup_low.get(n), p.speedup_high.get(n)) for n in counts],
+         banded(p.ceiling_speedup, p.ceiling_low, p.ceiling_high)]
         for p in projections
     ]
     return ("table", headers, [False, True, True, True, True, *[True] * len(counts), True], rows)
@@ -323,12 +323,16 @@ def _projection_figure(comparison: Comparison) -> Figure:
         machines = [int(n) for n in projection.projected_speedup]
         line, = axis.plot(machines, list(projection.projected_speedup.values()), marker=_MARKERS[index % len(_MARKERS)],
                           label=_break_even(projection))
+        if projection.speedup_low:  # the band the measured terms' spread gives
+            axis.fill_between(machines, list(projection.speedup_low.values()), list(projection.speedup_high.values()),
+                              color=line.get_color(), alpha=0.2, linewidth=0)
         axis.axhline(projection.ceiling_speedup, color=line.get_color(), linestyle=":", linewidth=1)
         if projection.break_even_machines is not None and projection.break_even_machines <= machines[-1]:
             axis.plot([projection.break_even_machines], [1.0], marker="|", markersize=18, color=line.get_color())
     axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="break-even: normal training's speed")
     axis.set(title=f"Projected speed-up on a {network.gbit:g} Gbit/s, {network.latency_us:g} µs network "
-                   "(dotted: ceiling)", xlabel="machines (a worker each)", ylabel="speed-up vs normal training")
+                   "(dotted: ceiling; shaded: 95% band)", xlabel="machines (a worker each)",
+             ylabel="speed-up vs normal training")
     axis.set_xscale("log", base=2)
     axis.set_xticks(machines, [str(n) for n in machines])
     axis.set_ylim(bottom=0)
@@ -339,7 +343,9 @@ def _projection_figure(comparison: Comparison) -> Figure:
 def _break_even(projection: Projection) -> str:
     if projection.break_even_machines is None:
         return f"{projection.name}: never breaks even (ceiling {projection.ceiling_speedup:.2f}x)"
-    return f"{projection.name}: breaks even with {projection.break_even_machines} machines"
+    return f"{projection.name}: breaks even with {projection.break_even_text()}"
+
+
 
 
 def _save(fig: Figure, path: Path) -> Path:

@@ -37,8 +37,8 @@ def all_reduce_loop(strategy: tf.distribute.Strategy, values: tf.Variable, steps
     return loop
 
 
-def seconds_per_step(loop: Callable[[], Any], steps: int, repeats: int) -> float:
-    """Median seconds of one of the ``steps`` a call of ``loop`` runs, over ``repeats`` calls after a first one
+def step_samples(loop: Callable[[], Any], steps: int, repeats: int) -> list[float]:
+    """Seconds of one of the ``steps`` a call of ``loop`` runs, for each of ``repeats`` calls after a first one
     (which traces it and warms the connections up)."""
     loop()
     seconds = []
@@ -46,26 +46,38 @@ def seconds_per_step(loop: Callable[[], Any], steps: int, repeats: int) -> float
         start = time.perf_counter()
         loop()
         seconds.append((time.perf_counter() - start) / steps)
-    return statistics.median(seconds)
+    return seconds
+
+
+def seconds_per_step(loop: Callable[[], Any], steps: int, repeats: int) -> float:
+    """The median of :func:`step_samples`."""
+    return statistics.median(step_samples(loop, steps, repeats))
+
+
+def all_reduce_samples(strategy: tf.distribute.Strategy, *, elements: int, steps: int, repeats: int) -> list[float]:
+    """Seconds of one all-reduce of ``elements`` float32 values, a sample per call of ``steps`` of them."""
+    with strategy.scope():
+        values = tf.Variable(tf.ones([elements]), trainable=False)
+    return step_samples(all_reduce_loop(strategy, values, steps), steps, repeats)
 
 
 def time_all_reduce(strategy: tf.distribute.Strategy, *, elements: int, steps: int, repeats: int) -> float:
     """Median seconds of one all-reduce of ``elements`` float32 values (each call runs ``steps`` of them)."""
-    with strategy.scope():
-        values = tf.Variable(tf.ones([elements]), trainable=False)
-    return seconds_per_step(all_reduce_loop(strategy, values, steps), steps, repeats)
+    return statistics.median(all_reduce_samples(strategy, elements=elements, steps=steps, repeats=repeats))
 
 
 def calibrate(strategy: tf.distribute.Strategy, *, gradient_bytes: int, workers: int, steps: int = 20,
               repeats: int = 5) -> CollectiveCosts:
     """Time the two probes between the workers (every worker must call this, as it does ``fit``)."""
     large_elements = max(SMALL_ELEMENTS + 1, gradient_bytes // 4)
-    small = time_all_reduce(strategy, elements=SMALL_ELEMENTS, steps=steps, repeats=repeats)
-    large = time_all_reduce(strategy, elements=large_elements, steps=steps, repeats=repeats)
+    small_samples = all_reduce_samples(strategy, elements=SMALL_ELEMENTS, steps=steps, repeats=repeats)
+    large_samples = all_reduce_samples(strategy, elements=large_elements, steps=steps, repeats=repeats)
+    small, large = statistics.median(small_samples), statistics.median(large_samples)
     small_bytes, large_bytes = 4 * SMALL_ELEMENTS, 4 * large_elements
     per_byte = max(0.0, (large - small) / (large_bytes - small_bytes))
     return CollectiveCosts(workers=workers, small_bytes=small_bytes, small_seconds=small, large_bytes=large_bytes,
-                           large_seconds=large, latency_seconds=small, seconds_per_byte=per_byte)
+                           large_seconds=large, latency_seconds=small, seconds_per_byte=per_byte,
+                           small_samples=small_samples, large_samples=large_samples)
 
 
 def gradient_bytes(model: Any) -> int:

@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from benchmarks import results
+from tfdist.hardware import steal_seconds
 
 PACKAGE = Path(__file__).parent
 #: Modules of this package that are not benchmarks.
@@ -136,7 +137,7 @@ def run(name: str, argv: Sequence[str]) -> results.Result | None:
     cells = module.cells(options)
     context = module.setup(options) if hasattr(module, "setup") else None
     machine, commit = results.machine(), results.commit()  # what ran: read before, not after
-    started, steal = time.time(), results.steal_seconds()
+    started, steal = time.time(), steal_seconds()
     rounds: list[list[dict[str, float]]] = [[] for _ in cells]
     skipped: dict[int, str] = {}
     try:
@@ -161,7 +162,7 @@ def run(name: str, argv: Sequence[str]) -> results.Result | None:
         date=time.strftime("%Y-%m-%d", time.gmtime(started)), commit=commit, machine=machine,
         options={"rounds": options.rounds, "models": list(options.models), "batches": list(options.batches),
                  "epochs": options.epochs, **options.extra},
-        seconds=round(time.time() - started, 1), steal_seconds=round(results.steal_seconds() - steal, 2),
+        seconds=round(time.time() - started, 1), steal_seconds=round(steal_seconds() - steal, 2),
         cells=[results.Cell(cell, rounds[i], skipped.get(i)) for i, cell in enumerate(cells)])
     print(results.render(result, module))
     if options.store:

@@ -93,15 +93,6 @@ def commit() -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", *code) else "")
 
 
-def steal_seconds() -> float:
-    """CPU time the hypervisor gave other guests since boot (/proc/stat's steal column), in seconds."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-    except OSError:
-        return 0.0
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
-
-
 def store(result: Result, root: Path | None = None) -> Path:
     """Write ``result`` under ``root/NAME/`` (default :data:`ROOT`; a new file: a later run never overwrites an earlier one)."""
     folder = (root or ROOT) / result.benchmark

@@ -144,9 +144,25 @@ def _staging_prefix(target: Path) -> str:
 
 
 def _lock_folder(folder: Path) -> int:
-    """An exclusive ``flock`` on ``folder`` itself, held until its descriptor closes (at the latest, when the process dies)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by the processes this one starts
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a folder just made: nobody else can hold it
+    """An exclusive ``flock`` on a folder just made (nobody else can hold it); its descriptor, to close when done."""
+    fd = _try_flock(folder)
+    assert fd is not None, f"{folder} was made by this process"
+    return fd
+
+
+def _try_flock(folder: Path) -> int | None:
+    """An exclusive ``flock`` on ``folder`` itself, if no other process holds one: the descriptor that holds it
+    (until closed, at the latest when the process dies; not inherited by the processes it starts); None if held.
+
+    Raises:
+        OSError: ``folder`` cannot be opened (gone, not a folder).
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
     return fd
 
 
@@ -174,15 +190,12 @@ def sweep_staging(*targets: Path | str) -> list[Path]:
 def _debris(folder: Path) -> bool:
     """Whether no living process holds ``folder``'s staging lock (taking it for the moment of the look)."""
     try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fd = _try_flock(folder)
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if fd is None:
         return False
-    finally:
-        os.close(fd)
+    os.close(fd)
     return True
 
 
@@ -215,17 +228,12 @@ def exclusive_lock(path: Path | str, timeout: float | None = None) -> Iterator[N
 
 @contextlib.contextmanager
 def _folder_lock(folder: Path, timeout: float | None) -> Iterator[None]:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while (fd := _try_flock(folder)) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"another process has held {folder} for {timeout:.0f} s")
+        time.sleep(0.05)
     try:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"another process has held {folder} for {timeout:.0f} s") from None
-                time.sleep(0.05)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -239,7 +247,7 @@ def check_writable(*paths: Path | str) -> None:
     for path in map(Path, paths):
         folder = _existing(path.absolute())
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-            reason = "a read-only file system" if _read_only(folder) else "no permission to write"
+            reason = "a read-only file system" if read_only(folder) else "no permission to write"
             raise InputError(f"{path}: cannot write in {folder} ({reason}); make it writable or choose another folder")
 
 
@@ -267,8 +275,10 @@ def disk_full_in(folder: Path, doing: str, then: str) -> DiskFull:
                     f"elsewhere, and run again: {then}")
 
 
-def _read_only(folder: Path) -> bool:
+def read_only(folder: Path) -> bool:
+    """Whether ``folder`` is on a file system mounted read-only."""
     return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+
 
 
 def _write_error(err: OSError, target: Path, staged: Path | None, size: int | None) -> Exception:
@@ -284,7 +294,7 @@ def _write_error(err: OSError, target: Path, staged: Path | None, size: int | No
                         "run again: every output is as it was")
     if err.errno in _NOT_WRITABLE:
         folder = _existing(target.parent)
-        reason = "a read-only file system" if _read_only(folder) else err.strerror
+        reason = "a read-only file system" if read_only(folder) else err.strerror
         return InputError(f"{target}: cannot write in {folder} ({reason}); make it writable or choose another folder")
     return err
 

@@ -83,7 +83,7 @@ class MachineNoise:
 
     @property
     def disturbed(self) -> bool:
-        return self.steal_percent >= STEAL_DISTURBS_PERCENT or self.others_percent >= OTHERS_DISTURB_PERCENT
+        return bool(self.what())
 
     def what(self) -> str:
         """What disturbed it, in words ("" where nothing did)."""
@@ -127,9 +127,15 @@ class CpuMeter:
         self.percent = 100.0 * (busy_end - busy_start) / total
         own_end = _tree_cpu_seconds(self.root)
         self.own_seconds = own = sum(seconds - self._own_start.get(pid, 0.0) for pid, seconds in own_end.items())
-        steal = getattr(end, "steal", 0.0) - getattr(self._start, "steal", 0.0)
+        steal = steal_seconds(end) - steal_seconds(self._start)
         others = max(0.0, busy_end - busy_start - steal - own)
         self.noise = MachineNoise(round(100 * steal / total, 2), round(100 * others / total, 2), len(usable_cpus()))
+
+
+def steal_seconds(times: Any = None) -> float:
+    """CPU time the VM's host gave other guests since boot (``steal`` in /proc/stat; 0 where the OS has none),
+    of ``times`` (a ``psutil.cpu_times()``) or now."""
+    return float(getattr(times if times is not None else psutil.cpu_times(), "steal", 0.0))
 
 
 def _tree_cpu_seconds(root: int) -> dict[int, float]:

@@ -111,14 +111,13 @@ def _with_intervals(row: RunRow, history: list[dict[str, float]], normal_history
         ratio = declaration.ratio
         if ratio is None or ratio.samples is None or declaration.better is None:
             continue
-        found = ratio_interval(steady([r[ratio.samples] for r in normal_history]),
-                               steady([r[ratio.samples] for r in history]), declaration.better,
+        found = ratio_interval(steady(normal_history, ratio.samples), steady(history, ratio.samples), declaration.better,
                                around=row.vs_normal.get(ratio.name))
         if found is not None:
             low[ratio.name], high[ratio.name] = found.low, found.high
     speedup = row.vs_normal.get("speedup")
-    repeats = repeats_to_decide(steady([r["epoch_seconds"] for r in normal_history]),
-                                steady([r["epoch_seconds"] for r in history]), speedup) if speedup else None
+    repeats = repeats_to_decide(steady(normal_history, "epoch_seconds"), steady(history, "epoch_seconds"),
+                                speedup) if speedup else None
     to_target = None
     if row.epochs_to_target and (normal_epochs := time_to_accuracy(normal_history, row.target_accuracy)):
         to_target = time_to_accuracy_interval(_epoch_span(normal_history, normal_epochs[0], base),
@@ -231,8 +230,8 @@ def _with_band(projected: Projection, row: RunRow, normal: RunRow, network: Netw
     bottom does; None: not within ``most``). Unchanged where a term has no spread recorded.
     """
     run, base, calibration = row.report, normal.report, row.report.collectives
-    run_epochs = steady([h["samples_per_second"] for h in histories.get(row.name, []) if "samples_per_second" in h])
-    normal_epochs = steady([h["samples_per_second"] for h in histories.get(normal.name, []) if "samples_per_second" in h])
+    run_epochs = steady(histories.get(row.name, []), "samples_per_second")
+    normal_epochs = steady(histories.get(normal.name, []), "samples_per_second")
     if (calibration is None or min(len(run_epochs), len(normal_epochs), len(calibration.small_samples),
                                    len(calibration.large_samples)) < 2):
         return projected

@@ -20,7 +20,7 @@ connecting, is paid).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,9 +53,9 @@ class Interval:
         return f"{self.low:.2f}x-{self.high:.2f}x"
 
 
-def steady(values: Sequence[float]) -> list[float]:
-    """The steady-state samples of a per-epoch column: every epoch after the first."""
-    return list(values[1:])
+def steady(history: Sequence[Mapping[str, float]], column: str) -> list[float]:
+    """The steady-state samples of a history's per-epoch ``column``: every epoch after the first (rows without it skipped)."""
+    return [row[column] for row in history[1:] if column in row]
 
 
 def ratio_interval(normal: Sequence[float], run: Sequence[float], better: Literal["higher", "lower"],

@@ -272,8 +272,7 @@ def _throughput_figure(rows: list[RunRow], histories: dict[str, list[dict]]) -> 
     left, right = fig.subplots(1, 2)
     names = [r.name for r in rows]
     values = [r.report.steady_samples_per_second for r in rows]
-    spans = [median_interval(steady([h["samples_per_second"] for h in histories.get(r.name, [])
-                                     if "samples_per_second" in h])) for r in rows]
+    spans = [median_interval(steady(histories.get(r.name, []), "samples_per_second")) for r in rows]
     errors = [[max(0.0, v - s[0]) if s else 0.0 for v, s in zip(values, spans, strict=True)],
               [max(0.0, s[1] - v) if s else 0.0 for v, s in zip(values, spans, strict=True)]]
     left.bar(names, values, color="tab:blue", yerr=errors, capsize=4, ecolor="black")

@@ -17,7 +17,7 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from tfdist.atomic import exclusive_lock
+from tfdist.atomic import exclusive_lock, read_only
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError, RunError
 from tfdist.tracking.mlflow_private import forget_engine, schema_revisions
@@ -145,7 +145,7 @@ def _file_lock(path: Path, shown: str, timeout: float) -> Iterator[None]:
     cannot be written is named here, before MLflow fails in it.
     """
     if not os.access(path, os.W_OK | os.X_OK):
-        reason = "Read-only file system" if os.statvfs(path).f_flag & os.ST_RDONLY else "Permission denied"
+        reason = "Read-only file system" if read_only(path) else "Permission denied"
         raise InputError(f"mlflow.tracking_uri {shown}: cannot write in {path} ({reason})")
     with contextlib.ExitStack() as held:
         try:

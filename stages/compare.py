@@ -19,15 +19,19 @@ from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_s
               help="Folder of train reports and history/.")
 @click.option("--eval-reports", type=click.Path(path_type=Path), default="reports/eval", show_default=True,
               help="Folder of eval reports.")
+@click.option("--repeats", "repeats_dir", type=click.Path(path_type=Path), default="reports/repeats", show_default=True,
+              help="Folder of the repeat stage's reports (rounds 2 and on, with compare.repeats above 1).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default="reports/compare", show_default=True,
               help="Folder for compare.json/.md/.html, metrics.json, curves.csv and figures/.")
-def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eval_reports: Path, out_dir: Path) -> None:
+def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eval_reports: Path, repeats_dir: Path,
+         out_dir: Path) -> None:
     """Compare normal training with each of distributed.strategies: time, throughput, accuracy."""
     with stage_errors():
         config = load_config(params_path, overrides)
         check_writable(out_dir)
         stage_started(out_dir)
-        comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, out_dir=out_dir)
+        comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, out_dir=out_dir,
+                             repeats_dir=repeats_dir)
         click.echo(comparison.verdict)
         # what more machines would give, and the network it assumed (compare.network_*)
         click.echo(f"With more machines: {comparison.advice.scale}")

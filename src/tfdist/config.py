@@ -47,11 +47,13 @@ ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: Y
 #: ``tracking``: where runs are recorded (a backup names a run of that store);
 #: ``operational``: neither (timeouts, restarts, which stages exist, what is logged).
 ROLES = ("result", "tracking", "operational")
-#: The kinds of stage in dvc.yaml (``train-normal`` and ``train-distributed@NAME`` are both ``train``).
-STAGES = ("preprocess", "train", "evaluate", "compare")
-_PREPROCESS, _TRAIN, _BOTH = ("preprocess",), ("train",), ("preprocess", "train")
+#: The kinds of stage in dvc.yaml (``train-normal`` and ``train-distributed@NAME`` are both ``train``;
+#: ``repeat`` trains them again, ``compare.repeats`` times in all, so whatever decides a training decides it too).
+STAGES = ("preprocess", "train", "repeat", "evaluate", "compare")
+_PREPROCESS, _TRAIN = ("preprocess",), ("train", "repeat")
+_BOTH = (*_PREPROCESS, *_TRAIN)
 #: Where runs are recorded decides every stage that records in MLflow.
-_RECORDING = ("train", "evaluate", "compare")
+_RECORDING = ("train", "repeat", "evaluate", "compare")
 #: A run name: it becomes a folder and file name (models/NAME, reports/train/NAME.json).
 _RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
 
@@ -219,7 +221,7 @@ class DistributedConfig:
     # The default pipeline (the registry's DEFAULT_PIPELINE; tests/distribute/test_registry.py holds them equal).
     # The names are checked against the registry where strategies run (tfdist.distribute.registry.check_pipeline).
     strategies: list[str] = _knob(["mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"],
-                                  decides=("evaluate", "compare"), role="operational", min_len=1)
+                                  decides=("repeat", "evaluate", "compare"), role="operational", min_len=1)
     devices: int = _knob(2, decides=_TRAIN, ge=1)
     workers: int = _knob(2, decides=_TRAIN, ge=1)
     ps: int = _knob(1, decides=_TRAIN, ge=1)
@@ -274,11 +276,17 @@ class CompareConfig:
         network_gbit, network_latency_us: the network the projection to more
             machines assumes between them (bandwidth in Gbit/s, one-way latency
             in µs): 10 Gbit/s Ethernet with a switch hop by default.
+        repeats: how many times every training of the comparison runs, interleaved
+            (normal, s1, s2, ..., normal, s1, ...: the repeat stage runs rounds 2 and
+            on, :mod:`tfdist.train.repeats`); with more than one, every ratio's
+            interval comes from the spread between repeats (docs/comparing.md, "Repeats").
+            Operational: the runs of one execution stay one execution, however many rounds.
     """
 
     target_accuracy: float = _knob(0.93, decides=("compare",), gt=0, lt=1)
     network_gbit: float = _knob(10.0, decides=("compare",), gt=0)
     network_latency_us: float = _knob(50.0, decides=("compare",), ge=0)
+    repeats: int = _knob(1, decides=("repeat", "compare"), role="operational", ge=1)
 
 
 @dataclass(frozen=True)
@@ -303,8 +311,8 @@ class MlflowConfig:
     tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking")
     experiment: str = _knob("tfdist-mnist", decides=_RECORDING, role="tracking")
     log_models: bool = _knob(True, decides=_TRAIN, role="operational")
-    register_models: bool = _knob(False, decides=("train", "compare"), role="operational")
-    registered_model: str = _knob("tfdist-mnist-classifier", decides=("train", "compare"), role="operational")
+    register_models: bool = _knob(False, decides=(*_TRAIN, "compare"), role="operational")
+    registered_model: str = _knob("tfdist-mnist-classifier", decides=(*_TRAIN, "compare"), role="operational")
     outage_timeout: float = _knob(120.0, decides=(), role="operational", gt=0)
     busy_timeout: float = _knob(30.0, decides=(), role="operational", gt=0)
 

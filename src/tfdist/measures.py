@@ -20,7 +20,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -138,6 +139,23 @@ def ratios(record: Any, normal: Any) -> dict[str, float | None]:
     """Every declared ratio of ``record`` against ``normal`` (records of one kind), by the ratio's name."""
     return {found.ratio.name: ratio(found, found.value(getattr(record, name)), found.value(getattr(normal, name)))
             for name, found in declared(record) if found.ratio is not None}
+
+
+def median_record(records: Sequence[Any]) -> Any:
+    """The first of ``records`` (one kind) with each measured number the median of theirs: what repeats report.
+
+    A measured number is a declared field that improves one way (``better``) and
+    holds a number in every record; anything else (names, settings, lists,
+    nested records) is the first record's. An int field stays an int.
+    """
+    first, changes = records[0], {}
+    for name, found in declared(first):
+        values = [getattr(record, name) for record in records]
+        if found.better is None or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            continue
+        middle = statistics.median(values)
+        changes[name] = round(middle) if isinstance(values[0], int) else float(middle)
+    return dataclasses.replace(first, **changes)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tfdist import atomic
-from tfdist.config import build_record
+from tfdist.config import NORMAL_RUN, build_record
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware, MachineNoise
 from tfdist.measures import Ratio, measure
@@ -41,6 +42,34 @@ class RunPaths:
     model: Path
     backups: Path
     reports: Path | None = None
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Round ``round`` (2 or more) of run ``name``: the repeat stage trains it as run :attr:`label` (``compare.repeats``)."""
+
+    name: str
+    round: int
+
+    @property
+    def label(self) -> str:
+        """Its run name: ``mirrored.r2``."""
+        return repeat_name(self.name, self.round)
+
+    @property
+    def strategy(self) -> str:
+        """The train stage's ``--strategy`` for it (normal training's is ``default``)."""
+        return "default" if self.name == NORMAL_RUN else self.name
+
+
+def repeat_name(name: str, round_: int) -> str:
+    """The run name of round ``round_`` of run ``name``; round 1 is the run itself."""
+    return name if round_ == 1 else f"{name}.r{round_}"
+
+
+def planned(run_names: Sequence[str], repeats: int) -> list[Repeat]:
+    """Rounds 2 to ``repeats`` of every run, in the order they train: round by round, runs in order within each."""
+    return [Repeat(name, round_) for round_ in range(2, repeats + 1) for name in run_names]
 
 
 @dataclass(frozen=True)

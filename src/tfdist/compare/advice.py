@@ -79,8 +79,8 @@ def verdict(rows: list[RunRow], projections: Sequence[Projection] = (), network:
         head = (f"Distribution did not pay off on this hardware: the fastest strategy, {best.name}, ran at "
                 f"{stated(best)} the speed of normal training ({pace}, {accuracy}).")
     beyond = _across_machines(rows, projections, network) if decided != "above" and network else ""
-    disturbed = " ".join(f"While {row.name} trained, {row.report.disturbed}: this verdict rests partly on the machine."
-                         for row in (normal, best) if row.report.disturbed)
+    disturbed = " ".join(f"While {row.name} trained, {row.disturbed}: this verdict rests partly on the machine."
+                         for row in (normal, best) if row.disturbed)
     return " ".join(part for part in (head, _to_target(best, normal, others), _why(best, normal), beyond, disturbed)
                     if part)
 
@@ -131,7 +131,7 @@ def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
             f"{', within noise' if decision(best, 'time_to_accuracy_speedup') == 'within' else ''})")
     if first is not best:
         text += (f"; {first.name} got there first of the distributed runs, "
-                 f"{first.time_to_accuracy_speedup:.2f}x normal training's pace")
+                 f"{stated(first, 'time_to_accuracy_speedup')} normal training's pace")
     return text + "."
 
 
@@ -200,7 +200,7 @@ def _paradigm_advice(rows: list[RunRow]) -> str:
             f"{run.stages} stages and {run.micro_batches} micro-batch{'es' if run.micro_batches > 1 else ''})")
         parts.append(f"{row.name} held at most {max(run.params_per_device):,} parameters on a device and moved "
                      f"{_kilobytes(run.bytes_per_step)} of activations per step{bubble}; it ran at "
-                     f"{row.speedup:.2f}x normal speed")
+                     f"{stated(row)} normal speed")
     text = when + " Here: " + "; ".join(parts) + "."
     if data:
         least = min(data, key=lambda row: row.report.bytes_per_step)

@@ -44,6 +44,9 @@ class RunRow:
         time_to_accuracy_low, time_to_accuracy_high: the interval of the speed-up to the target, from the
             epoch each run reached it in (None: either never did).
         repeats_to_decide: runs of each the spread measured would need to tell the speed-up from 1.0 (None: no spread).
+        rounds: with ``compare.repeats`` above 1, every round's train report, round 1 first; ``report`` then
+            holds the medians of their numbers, the time to target is the rounds' median, and every interval
+            rests on the spread between rounds. Empty with one run each.
     """
 
     name: str
@@ -73,11 +76,20 @@ class RunRow:
     time_to_accuracy_high: float | None = field(default=None, metadata=measure(
         mlflow="time_to_accuracy_speedup_high", headline="time_to_accuracy_speedup_high"))
     repeats_to_decide: int | None = field(default=None, metadata=measure(mlflow="repeats_to_decide"))
+    rounds: list[TrainReport] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
         """Normal training's steady epoch time over this run's."""
         return self.vs_normal.get("speedup") or 0.0
+
+    @property
+    def disturbed(self) -> str:
+        """What disturbed its machine while it trained, in words (with repeats, naming each round it disturbed)."""
+        if not self.rounds:
+            return self.report.disturbed
+        return "; ".join(f"round {index}: {report.disturbed}" for index, report in enumerate(self.rounds, 1)
+                         if report.disturbed)
 
     @property
     def test_accuracy(self) -> float:
@@ -86,7 +98,8 @@ class RunRow:
     def interval(self, ratio: str) -> Interval | None:
         """The interval of ratio ``ratio`` (``speedup``, ``throughput_speedup``, ``time_to_accuracy_speedup``), if it has one."""
         if ratio == "time_to_accuracy_speedup":
-            low, high, basis = self.time_to_accuracy_low, self.time_to_accuracy_high, EPOCH_RESOLUTION
+            low, high = self.time_to_accuracy_low, self.time_to_accuracy_high
+            basis = self.interval_basis if self.rounds else EPOCH_RESOLUTION
         else:
             low, high, basis = self.vs_normal_low.get(ratio), self.vs_normal_high.get(ratio), self.interval_basis
         return None if low is None or high is None else Interval(low, high, basis)

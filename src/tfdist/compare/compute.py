@@ -9,7 +9,8 @@ about hardware from what each report recorded where training ran.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from tfdist.compare.comparison import Comparison, Network, Projection, RunRow
 from tfdist.compare.noise import (
     WITHIN_ONE_RUN,
     band,
+    between_repeats,
     bootstrap_about,
     ratio_interval,
     repeats_to_decide,
@@ -28,13 +30,17 @@ from tfdist.compare.noise import (
 from tfdist.config import NORMAL_RUN, CompareConfig
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
-from tfdist.measures import declared, ratios
+from tfdist.measures import declared, median_record, ratios
 from tfdist.reports import CollectiveCosts, EvalReport, TrainReport
+
+#: One round of a run: its train report and per-epoch history.
+Round = tuple[TrainReport, list[dict[str, float]]]
 
 
 def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalReport],
                      histories: Mapping[str, list[dict[str, float]]] | None = None,
-                     settings: CompareConfig | None = None) -> Comparison:
+                     settings: CompareConfig | None = None, rounds: Mapping[str, Sequence[Round]] | None = None
+                     ) -> Comparison:
     """Rows for every run (``normal`` first) plus the verdict, the advice and the projection to more machines.
 
     Args:
@@ -43,18 +49,25 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
         histories: per-epoch history per run name (the train stage's CSV rows),
             for the time to ``settings.target_accuracy``; a run without one has none.
         settings: the ``compare:`` knobs (the target accuracy, the network projected onto); defaults if None.
+        rounds: with repeats (``compare.repeats``), every round of every run, round 1 first: each row's
+            numbers are then the medians of its rounds, its intervals the spread between them.
     """
     settings = settings or CompareConfig()
     target_accuracy = settings.target_accuracy
     if NORMAL_RUN not in train:
         raise InputError("the comparison needs the 'normal' run (stages/train.py --strategy default --name normal)")
-    base, base_accuracy = train[NORMAL_RUN], evaluation[NORMAL_RUN].accuracy
     histories = histories or {}
-    reached = {name: time_to_accuracy(histories.get(name, []), target_accuracy) for name in train}
-    rows = [_with_intervals(_row(train[name], evaluation[name], base=base, base_accuracy=base_accuracy,
-                                 reached=reached[name], base_reached=reached[NORMAL_RUN], target=target_accuracy),
-                            histories.get(name, []), histories.get(NORMAL_RUN, []), base)
+    if rounds:
+        train = {name: median_record([report for report, _ in rounds[name]]) for name in train}
+        reached = {name: _reached_in_most(rounds[name], target_accuracy) for name in train}
+    else:
+        reached = {name: time_to_accuracy(histories.get(name, []), target_accuracy) for name in train}
+    base, base_accuracy = train[NORMAL_RUN], evaluation[NORMAL_RUN].accuracy
+    rows = [_row(train[name], evaluation[name], base=base, base_accuracy=base_accuracy, reached=reached[name],
+                 base_reached=reached[NORMAL_RUN], target=target_accuracy)
             for name in [NORMAL_RUN, *sorted(n for n in train if n != NORMAL_RUN)]]
+    rows = [_over_rounds(row, rounds[row.name], rounds[NORMAL_RUN]) if rounds else
+            _with_intervals(row, histories.get(row.name, []), histories.get(NORMAL_RUN, []), base) for row in rows]
     support = dict(base.precision_support)
     network = Network(settings.network_gbit, settings.network_latency_us)
     projections = projection(rows, network, histories=histories)
@@ -126,6 +139,56 @@ def _with_intervals(row: RunRow, history: list[dict[str, float]], normal_history
         row, vs_normal_low=low, vs_normal_high=high, interval_basis=WITHIN_ONE_RUN if low else "",
         time_to_accuracy_low=to_target.low if to_target else None,
         time_to_accuracy_high=to_target.high if to_target else None, repeats_to_decide=repeats)
+
+
+def _reached_in_most(rounds: Sequence[Round], target: float) -> tuple[int, float] | None:
+    """The median epochs and seconds to ``target`` over the rounds that reached it; None unless most did."""
+    reached = [found for _, history in rounds if (found := time_to_accuracy(history, target))]
+    if 2 * len(reached) <= len(rounds):
+        return None
+    return round(statistics.median(epochs for epochs, _ in reached)), statistics.median(s for _, s in reached)
+
+
+def _over_rounds(row: RunRow, rounds: Sequence[Round], normal_rounds: Sequence[Round]) -> RunRow:
+    """``row`` (of the rounds' medians) with every round's report and each ratio's interval between rounds.
+
+    The bootstrap of :func:`tfdist.compare.noise.ratio_interval` over the rounds'
+    numbers: each round's report (its steady median) is one sample, so the
+    interval is the spread between runs of each, as interleaved repeats measured it.
+    """
+    reports = [report for report, _ in rounds]
+    if row.name == NORMAL_RUN:
+        return dataclasses.replace(row, rounds=reports)
+    basis = between_repeats(len(rounds))
+    normal_reports = [report for report, _ in normal_rounds]
+    low, high = {}, {}
+    for name, declaration in declared(row.report):
+        if declaration.ratio is None or declaration.better is None:
+            continue
+        normal = [declaration.value(getattr(report, name)) for report in normal_reports]
+        run = [declaration.value(getattr(report, name)) for report in reports]
+        if None in normal or None in run:
+            continue
+        found = ratio_interval(normal, run, declaration.better, around=row.vs_normal.get(declaration.ratio.name),
+                               basis=basis)
+        if found is not None:
+            low[declaration.ratio.name], high[declaration.ratio.name] = found.low, found.high
+    to_target = ratio_interval(_seconds_to(normal_rounds, row.target_accuracy),
+                               _seconds_to(rounds, row.target_accuracy), "lower",
+                               around=row.time_to_accuracy_speedup, basis=basis) if row.time_to_accuracy_speedup else None
+    steady_normal = [report.steady_epoch_seconds for report in normal_reports]
+    steady_run = [report.steady_epoch_seconds for report in reports]
+    return dataclasses.replace(
+        row, vs_normal_low=low, vs_normal_high=high, interval_basis=basis if low else "",
+        time_to_accuracy_low=to_target.low if to_target else None,
+        time_to_accuracy_high=to_target.high if to_target else None,
+        repeats_to_decide=repeats_to_decide(steady_normal, steady_run, row.speedup) if row.speedup else None,
+        rounds=reports)
+
+
+def _seconds_to(rounds: Sequence[Round], target: float) -> list[float]:
+    """The training seconds to ``target`` of each round that reached it."""
+    return [found[1] for _, history in rounds if (found := time_to_accuracy(history, target))]
 
 
 def _epoch_span(history: list[dict[str, float]], epoch: int, report: TrainReport) -> tuple[float, float]:

@@ -8,7 +8,9 @@ of the ratio of the two runs' medians (the statistic the reports give:
 medians, as one disturbed epoch should not move them), each run's steady
 epochs resampled on their own, seeded so that a report is reproducible. It is
 labelled "within one run": it says how steady each run was, not how much the
-next run, on a busier machine, would differ; only repeats measure that.
+next run, on a busier machine, would differ; only repeats measure that. With
+repeats (``compare.repeats``), the same bootstrap resamples the rounds instead:
+each round's median, so the interval is the spread between runs.
 
 Time to accuracy has a resolution besides: a run is seen to reach the target
 only at the end of an epoch, so it got there somewhere within that epoch. Its
@@ -58,14 +60,20 @@ def steady(history: Sequence[Mapping[str, float]], column: str) -> list[float]:
     return [row[column] for row in history[1:] if column in row]
 
 
+def between_repeats(rounds: int) -> str:
+    """What an interval over repeats rests on, as the report says it."""
+    return f"{rounds} interleaved repeats of each"
+
+
 def ratio_interval(normal: Sequence[float], run: Sequence[float], better: Literal["higher", "lower"],
-                   around: float | None = None) -> Interval | None:
+                   around: float | None = None, basis: str = WITHIN_ONE_RUN) -> Interval | None:
     """The interval of normal's median over the run's (``better`` lower: times) or the run's over normal's (higher).
 
     ``around``: the ratio as the reports state it; the interval is then the
     bootstrap's spread about the samples' own ratio, carried onto it (they
     differ only where a median of an even count is read two ways). None where
     a run has fewer than 2 samples: one epoch has no spread to measure.
+    ``basis``: what the samples are (a run's steady epochs; with repeats, each round's median).
     """
     if len(normal) < 2 or len(run) < 2:
         return None
@@ -76,7 +84,7 @@ def ratio_interval(normal: Sequence[float], run: Sequence[float], better: Litera
     if around is not None:
         own = float(np.median(normal) / np.median(run) if better == "lower" else np.median(run) / np.median(normal))
         low, high = low * around / own, high * around / own
-    return Interval(float(low), float(high), WITHIN_ONE_RUN)
+    return Interval(float(low), float(high), basis)
 
 
 def median_interval(samples: Sequence[float]) -> tuple[float, float] | None:

@@ -71,11 +71,8 @@ def document(comparison: Comparison) -> list[Block]:
               f"{rows[0].target_accuracy:.2f} (`compare.target_accuracy`), as MLPerf Training scores time to a "
               "quality: a run with a larger global batch may need more epochs. Speed-up to target is normal "
               "training's time to it divided by the run's."),
-        ("p", "In brackets, each speed-up's 95% interval. With one run each it rests on the steady epochs within "
-              "the run (a bootstrap of the ratio of the two runs' median epochs): it says how steady each run was, "
-              "not how much a run on another day would differ. The speed-up to target's rests on its resolution: a "
-              "run is seen to reach the target only at an epoch's end. A verdict says \"paid off\" or \"did not "
-              "pay off\" only where the whole interval lies above or below 1.0, otherwise \"within noise\"."),
+        _interval_note(rows),
+        *_rounds_table(rows),
         *_disturbed_note(rows),
         ("p", "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync); "
               "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to)."),
@@ -87,9 +84,39 @@ def document(comparison: Comparison) -> list[Block]:
     return blocks
 
 
+def _interval_note(rows: list[RunRow]) -> Block:
+    """What the intervals in brackets rest on: the steady epochs within one run, or the spread between repeats."""
+    decide = ("A verdict says \"paid off\" or \"did not pay off\" only where the whole interval lies above or below "
+              "1.0, otherwise \"within noise\".")
+    if rows[0].rounds:
+        return ("p", f"Every run trained {len(rows[0].rounds)} times, interleaved (normal, then each strategy, round "
+                     "after round: `compare.repeats`), so a machine that drifted did so under every run alike. Each "
+                     "number is the median of the rounds' (a round's own number is its median steady epoch), and in "
+                     "brackets is each speed-up's 95% interval between the rounds: a bootstrap of the ratio of the "
+                     "runs' medians, every run's rounds resampled. " + decide)
+    return ("p", "In brackets, each speed-up's 95% interval. With one run each it rests on the steady epochs within "
+                 "the run (a bootstrap of the ratio of the two runs' median epochs): it says how steady each run was, "
+                 "not how much a run on another day would differ (`compare.repeats` measures that). The speed-up to "
+                 "target's rests on its resolution: a run is seen to reach the target only at an epoch's end. " + decide)
+
+
+def _rounds_table(rows: list[RunRow]) -> list[Block]:
+    """With repeats, every round of every run: its steady throughput, and its speed-up against normal's same round."""
+    if not rows[0].rounds:
+        return []
+    normal = rows[0].rounds
+    table = [[row.name if index == 0 else "", str(index + 1), f"{report.steady_samples_per_second:,.0f}",
+              f"{report.steady_epoch_seconds:.3f}", f"{normal[index].steady_epoch_seconds / report.steady_epoch_seconds:.2f}x",
+              report.disturbed or "–"]
+             for row in rows for index, report in enumerate(row.rounds)]
+    return [("h2", "Rounds"),
+            ("table", ["run", "round", "samples/s", "s/epoch", "vs normal's round", "machine disturbed"],
+             [False, True, True, True, True, False], table)]
+
+
 def _disturbed_note(rows: list[RunRow]) -> list[Block]:
     """The runs whose machine was busy with something else while they trained: their numbers are partly the machine's."""
-    flagged = [f"{row.name} ({row.report.disturbed})" for row in rows if row.report.disturbed]
+    flagged = [f"{row.name} ({row.disturbed})" for row in rows if row.disturbed]
     if not flagged:
         return []
     return [("p", "**Disturbed while training:** " + "; ".join(flagged) + ". Their timings are partly the machine's: "
@@ -267,16 +294,21 @@ def _reached(row: RunRow) -> str:
 
 
 def _throughput_figure(rows: list[RunRow], histories: dict[str, list[dict]]) -> Figure:
-    """Steady throughput per run, each bar with its error bar (the bootstrap interval of its median epoch), and wall time."""
+    """Steady throughput per run, each bar with its error bar, and wall time.
+
+    The error bar is the bootstrap interval of its median epoch, or with repeats of the median of its rounds.
+    """
     fig = Figure(figsize=(10, 4))
     left, right = fig.subplots(1, 2)
     names = [r.name for r in rows]
     values = [r.report.steady_samples_per_second for r in rows]
-    spans = [median_interval(steady(histories.get(r.name, []), "samples_per_second")) for r in rows]
+    spans = [median_interval([round_.steady_samples_per_second for round_ in r.rounds] if r.rounds else
+                             steady(histories.get(r.name, []), "samples_per_second")) for r in rows]
     errors = [[max(0.0, v - s[0]) if s else 0.0 for v, s in zip(values, spans, strict=True)],
               [max(0.0, s[1] - v) if s else 0.0 for v, s in zip(values, spans, strict=True)]]
     left.bar(names, values, color="tab:blue", yerr=errors, capsize=4, ecolor="black")
-    left.set(title="Training throughput (bars: 95% interval of the steady epochs)", ylabel="samples / s")
+    spread = f"between {len(rows[0].rounds)} repeats" if rows[0].rounds else "of the steady epochs"
+    left.set(title=f"Training throughput (bars: 95% interval {spread})", ylabel="samples / s")
     right.bar(names, [r.report.train_seconds for r in rows], color="tab:orange")
     right.set(title="Train time (fit wall time)", ylabel="seconds")
     for axis in (left, right):

@@ -12,12 +12,12 @@ from pathlib import Path
 from tfdist import atomic
 from tfdist.atomic import crash_point
 from tfdist.compare.comparison import Comparison, headline_metrics, to_json
-from tfdist.compare.compute import build_comparison, training_seconds
+from tfdist.compare.compute import Round, build_comparison, training_seconds
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config import Config
 from tfdist.distribute.registry import check_pipeline
 from tfdist.measures import mlflow_metrics
-from tfdist.reports import EvalReport, TrainReport, read_history, read_report
+from tfdist.reports import EvalReport, TrainReport, planned, read_history, read_report
 from tfdist.tracking import addresses, experiment, models, runs
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,14 @@ log = logging.getLogger(__name__)
 CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
 
-def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -> Comparison:
+def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path, repeats_dir: Path | None = None
+            ) -> Comparison:
     """Compare normal training with each of ``distributed.strategies`` into ``out_dir``; attach it to the execution's run.
 
     Writes compare.json (everything), compare.md and compare.html (the same
     report), figures/, metrics.json (the headline numbers, for ``dvc exp
     show``) and curves.csv (every run's epochs and their end in training seconds, for ``dvc plots``).
+    With ``compare.repeats`` above 1, rounds 2 and on are read from ``repeats_dir`` (the repeat stage's reports).
 
     Raises:
         StrategyError: ``distributed.strategies`` names a strategy the pipeline cannot run.
@@ -43,7 +45,8 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
     train_reports = {n: read_report(train_dir / f"{n}.json", TrainReport) for n in names}
     eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
-    comparison = build_comparison(train_reports, eval_reports, histories, config.compare)
+    comparison = build_comparison(train_reports, eval_reports, histories, config.compare,
+                                  rounds=_rounds(config, train_reports, histories, repeats_dir or train_dir))
     with atomic.atomic_path(out_dir, crash_points=True) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", to_json(comparison))
@@ -60,6 +63,18 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path) -
         crash_point("run.summary")
     log.info("%s", comparison.verdict)
     return comparison
+
+
+def _rounds(config: Config, first: dict[str, TrainReport], histories: dict[str, list[dict[str, float]]],
+            repeats_dir: Path) -> dict[str, list[Round]] | None:
+    """Every round of every run, round 1 (the train stages') first; None without repeats."""
+    if config.compare.repeats == 1:
+        return None
+    rounds: dict[str, list[Round]] = {name: [(report, histories[name])] for name, report in first.items()}
+    for repeat in planned(config.run_names, config.compare.repeats):
+        report = read_report(repeats_dir / f"{repeat.label}.json", TrainReport)
+        rounds[repeat.name].append((report, read_history(repeats_dir / "history" / f"{repeat.label}.csv")))
+    return rounds
 
 
 def _track_comparison(config: Config, comparison: Comparison, files: list[Path], figures: list[Path]) -> None:

@@ -1,0 +1,48 @@
+"""Stage repeat: rounds 2 to compare.repeats of every training, interleaved (normal, s1, s2, ..., normal, s1, ...)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
+from stages import train as train_stage  # each repeat runs it, as a child process
+from tfdist.atomic import check_writable
+from tfdist.config import load_config
+from tfdist.train.repeats import MANIFEST, RepeatPaths, run_repeats
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
+
+
+@click.command()
+@config_options
+@click.option("--first", "first_reports", type=click.Path(path_type=Path), default="reports/train", show_default=True,
+              help="Round 1's reports (the train stages'): a repeat is kept while its round-1 run is unchanged.")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
+              help="Prepared data folder (from the preprocess stage).")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), default="repeats", show_default=True,
+              help="Folder that receives each repeat's model as NAME.rK/.")
+@click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default="reports/repeats",
+              show_default=True, help=f"Folder for NAME.rK.json, history/NAME.rK.csv and {MANIFEST}.")
+@click.option("--backups", "backups_dir", type=click.Path(path_type=Path), default=".tfdist/backups", show_default=True,
+              help="Where each repeat backs up every epoch, to resume after a crash.")
+def main(params_path: Path, overrides: tuple[str, ...], first_reports: Path, data_dir: Path, models_dir: Path,
+         reports_dir: Path, backups_dir: Path) -> None:
+    """Train every run of the comparison again, compare.repeats times in all, round after round.
+
+    Each repeat is the train stage run as NAME.rK (its own MLflow run in the
+    execution); one that finished beside the same round-1 run is kept, so a
+    rerun trains only what is missing. With compare.repeats: 1 it trains nothing.
+    """
+    with stage_errors():
+        config = load_config(params_path, overrides)
+        launch = [sys.executable, "-m", train_stage.__name__, "--params", str(params_path),
+                  *(arg for item in overrides for arg in ("--set", item))]
+        check_writable(models_dir, reports_dir, backups_dir)
+        stage_started()
+        run_repeats(config, RepeatPaths(first_reports, data_dir, models_dir, reports_dir, backups_dir), launch)
+
+
+if __name__ == "__main__":
+    run_stage(main)

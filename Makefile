@@ -120,4 +120,4 @@ plots: install ## Render every run's curves, confusion matrices and compare figu
 	tfdist plots $(ARGS)
 
 clean: ## Remove pipeline outputs and the MLflow store (keeps .venv)
-	rm -rf data/prepared models reports/train reports/eval reports/compare reports/data.json mlruns dvc.lock
+	rm -rf data/prepared models repeats reports/train reports/eval reports/compare reports/data.json mlruns dvc.lock

@@ -19,7 +19,7 @@ from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_s
               help="Folder of train reports and history/.")
 @click.option("--eval-reports", type=click.Path(path_type=Path), default="reports/eval", show_default=True,
               help="Folder of eval reports.")
-@click.option("--repeats", "repeats_dir", type=click.Path(path_type=Path), default="reports/repeats", show_default=True,
+@click.option("--repeats", "repeats_dir", type=click.Path(path_type=Path), default="repeats/reports", show_default=True,
               help="Folder of the repeat stage's reports (rounds 2 and on, with compare.repeats above 1).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default="reports/compare", show_default=True,
               help="Folder for compare.json/.md/.html, metrics.json, curves.csv and figures/.")

@@ -21,14 +21,13 @@ from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_s
               help="Round 1's reports (the train stages'): a repeat is kept while its round-1 run is unchanged.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default="data/prepared", show_default=True,
               help="Prepared data folder (from the preprocess stage).")
-@click.option("--models", "models_dir", type=click.Path(path_type=Path), default="repeats", show_default=True,
-              help="Folder that receives each repeat's model as NAME.rK/.")
-@click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default="reports/repeats",
-              show_default=True, help=f"Folder for NAME.rK.json, history/NAME.rK.csv and {MANIFEST}.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default="repeats", show_default=True,
+              help=f"Folder for the repeats: models/NAME.rK/, reports/NAME.rK.json, reports/history/NAME.rK.csv, "
+                   f"and {MANIFEST}.")
 @click.option("--backups", "backups_dir", type=click.Path(path_type=Path), default=".tfdist/backups", show_default=True,
               help="Where each repeat backs up every epoch, to resume after a crash.")
-def main(params_path: Path, overrides: tuple[str, ...], first_reports: Path, data_dir: Path, models_dir: Path,
-         reports_dir: Path, backups_dir: Path) -> None:
+def main(params_path: Path, overrides: tuple[str, ...], first_reports: Path, data_dir: Path, out_dir: Path,
+         backups_dir: Path) -> None:
     """Train every run of the comparison again, compare.repeats times in all, round after round.
 
     Each repeat is the train stage run as NAME.rK (its own MLflow run in the
@@ -39,9 +38,9 @@ def main(params_path: Path, overrides: tuple[str, ...], first_reports: Path, dat
         config = load_config(params_path, overrides)
         launch = [sys.executable, "-m", train_stage.__name__, "--params", str(params_path),
                   *(arg for item in overrides for arg in ("--set", item))]
-        check_writable(models_dir, reports_dir, backups_dir)
+        check_writable(out_dir, backups_dir)
         stage_started()
-        run_repeats(config, RepeatPaths(first_reports, data_dir, models_dir, reports_dir, backups_dir), launch)
+        run_repeats(config, RepeatPaths(first_reports, data_dir, out_dir, backups_dir), launch)
 
 
 if __name__ == "__main__":

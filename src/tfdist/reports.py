@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tfdist import atomic
-from tfdist.config import NORMAL_RUN, build_record
+from tfdist.config import build_record
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware, MachineNoise
 from tfdist.measures import Ratio, measure
@@ -55,11 +55,6 @@ class Repeat:
     def label(self) -> str:
         """Its run name: ``mirrored.r2``."""
         return repeat_name(self.name, self.round)
-
-    @property
-    def strategy(self) -> str:
-        """The train stage's ``--strategy`` for it (normal training's is ``default``)."""
-        return "default" if self.name == NORMAL_RUN else self.name
 
 
 def repeat_name(name: str, round_: int) -> str:

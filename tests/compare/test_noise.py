@@ -78,6 +78,10 @@ def test_a_speed_up_within_noise_is_not_called_paid_off_and_its_interval_is_in_e
     assert row.interval("speedup").decision == "within"
     assert noisy.verdict.startswith("Within noise: the fastest strategy, mirrored, ran at 0.91x (")
     assert "steady epochs within one run" in noisy.verdict and "runs of each to tell" in noisy.verdict
+    assert row.repeats_to_decide == 18 and "compare.repeats" not in noisy.verdict, "too close to 1.0 to be worth it"
+    close = comparison([2.0, 1.0, 1.1, 0.9, 1.05, 0.95], [2.0, 0.85, 1.0, 0.8, 0.95, 0.88])
+    assert close.runs["mirrored"].repeats_to_decide == 4 and "would need about 4 runs of each to tell " \
+        "(`dvc exp run -S compare.repeats=4` runs them, interleaved)" in close.verdict, "a close call says how to decide it"
     assert "paid off" not in noisy.verdict and "Train without distribution" in noisy.advice.use
     table = render_markdown(noisy)
     assert f"0.91x ({row.vs_normal_low['speedup']:.2f}-{row.vs_normal_high['speedup']:.2f})" in table

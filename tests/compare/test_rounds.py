@@ -31,20 +31,28 @@ def comparison(normal: list[float], mirrored: list[float], **mirrored_fields):
                             {name: found[0][1] for name, found in rounds.items()}, rounds=rounds)
 
 
-def test_with_repeats_each_number_is_the_median_of_the_rounds_and_the_interval_their_spread():
+def test_with_repeats_each_ratio_pairs_the_rounds_and_its_interval_is_their_spread():
     # round 1 alone says mirrored is 2x as fast; rounds 2 and 3 say it is not
     result = comparison([1.0, 1.1, 0.9], [0.5, 1.2, 1.0])
     row = result.runs["mirrored"]
-    assert row.report.steady_epoch_seconds == 1.0 and result.runs["normal"].report.steady_epoch_seconds == 1.0
-    assert row.speedup == pytest.approx(1.0) and [r.steady_epoch_seconds for r in row.rounds] == [0.5, 1.2, 1.0]
+    assert row.report.steady_epoch_seconds == 1.0 and result.runs["normal"].report.steady_epoch_seconds == 1.0, \
+        "each number is the median of the rounds'"
+    assert [r.steady_epoch_seconds for r in row.rounds] == [0.5, 1.2, 1.0]
+    assert row.speedup == pytest.approx(1.1 / 1.2), "the median of the rounds' own speed-ups: 2.0, 0.92, 0.90"
     interval = row.interval("speedup")
     assert interval.basis == "3 interleaved repeats of each" and interval.decision == "within"
-    assert interval.low == pytest.approx(0.9 / 1.2) and interval.high == pytest.approx(1.1 / 0.5), \
-        "the bootstrap of 3 rounds each spans the slowest over the fastest both ways"
+    assert (interval.low, interval.high) == (pytest.approx(0.9), pytest.approx(2.0)), \
+        "the bootstrap of the median of 3 rounds spans the lowest round's ratio to the highest"
     assert result.verdict.startswith("Within noise:") and "3 interleaved repeats of each" in result.verdict
     to_target = row.interval("time_to_accuracy_speedup")
     assert to_target.basis == "3 interleaved repeats of each" and to_target.decision == "within"
     assert row.seconds_to_target == pytest.approx(2.0), "the median round's two epochs"
+
+
+def test_a_drift_between_rounds_cancels_within_each_round():
+    # the machine halved its speed for round 2: both runs slowed alike, and every round says 2x
+    row = comparison([1.0, 2.0, 1.0], [0.5, 1.0, 0.5]).runs["mirrored"]
+    assert row.speedup == pytest.approx(2.0) and row.interval("speedup").low == pytest.approx(2.0)
 
 
 def test_repeats_that_agree_decide_and_every_round_is_in_the_report_and_compare_json():

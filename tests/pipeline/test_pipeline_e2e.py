@@ -1,15 +1,20 @@
 """The whole pipeline as a user runs it: ``dvc repro``, ``dvc exp run``, ``dvc plots`` in a copy of the repo."""
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import mlflow
 import pytest
 import yaml
 
 from helpers.browser import draw_offline
-from helpers.project import REPO, run_in_project
+from helpers.project import REPO, local_mode_environment, run_in_project
 from helpers.reports import default_labels
 from helpers.s3 import s3_store
 
@@ -45,7 +50,8 @@ def test_dvc_repro_runs_every_stage_then_is_a_no_op(project, pipeline):
     assert comparison["runs"]["multi_worker_mirrored"]["report"]["workers"] == 2
     assert comparison["runs"]["parameter_server"]["report"]["synchronous"] is False
     markdown = (project / "reports" / "compare" / "compare.md").read_text()
-    assert "Distribution" in markdown and "| normal | default | fit | float32 | sync | 1 | " in markdown
+    assert markdown.split("\n\n")[1].startswith(("Distribution paid off", "Distribution did not pay off", "Within noise"))
+    assert "| normal | default | fit | float32 | sync | 1 | " in markdown
     mwms = next(line for line in markdown.splitlines() if line.startswith("| multi_worker_mirrored | multi_worker_mirrored |"))
     assert mwms.endswith("| 2 | 2 x 1 CPU, 1 thread per op, oneDNN off |"), "each local worker is pinned to a core of its own"
     assert "**Asynchronous:** parameter_server" in markdown and "## Advice" in markdown
@@ -216,3 +222,83 @@ def test_the_convnet_runs_end_to_end_from_one_dvc_exp_run(project):
     assert comparison["scaling"][0]["gradient_bytes"] == 4 * 34_826
     runs = {r.data.tags.get("model_name"): r for r in runs_of(project, execution="convnet")}
     assert runs["normal"].data.params["model.kind"] == "cnn"
+    assert [p.name for p in (project / "repeats").iterdir()] == ["repeats.json"], \
+        "compare.repeats: 1, the default: the repeat stage trains nothing"
+
+
+def decision(row: dict) -> str:
+    """above / below / within, as the verdict decides (its interval, else 10 % of 1.0)."""
+    low, high = row["vs_normal_low"].get("speedup"), row["vs_normal_high"].get("speedup")
+    low, high = (low, high) if low is not None else (row["vs_normal"]["speedup"] / 1.1, row["vs_normal"]["speedup"] / 0.9)
+    return "above" if low > 1 else "below" if high < 1 else "within"
+
+
+def stage_pids(name: str, cwd: Path) -> list[int]:
+    """The train stage processes of run ``name`` working in ``cwd`` (a launcher and its tasks)."""
+    found = subprocess.run(["pgrep", "-af", "stages.train"], capture_output=True, text=True).stdout.splitlines()
+    pids = [int(line.split()[0]) for line in found if f" --name {name} " in f"{line} "]
+    return [pid for pid in pids if Path(f"/proc/{pid}/cwd").resolve() == cwd.resolve()]
+
+
+def run_until(process: subprocess.Popen, name: str, cwd: Path, timeout: float = 600) -> list[int]:
+    """Wait (bounded) until run ``name``'s stage starts; its pids."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if pids := stage_pids(name, cwd):
+            return pids
+        time.sleep(0.2)
+    raise AssertionError(f"{name} never started:\n{process.communicate(timeout=60)[0][-3000:]}")
+
+
+def test_repeats_interleave_every_training_and_a_killed_repeat_leaves_only_the_rest_to_train(project):
+    """`dvc exp run -S compare.repeats=3` on the convnet's experiment: normal and multi_worker_mirrored, rounds 2 and 3.
+
+    Real faults: multi_worker_mirrored.r2 is killed (SIGKILL) as it starts; the rerun trains only
+    what is left, and a CPU hog beside the last repeat gets that round flagged.
+    """
+    single = json.loads((project / "reports" / "compare" / "compare.json").read_text())["runs"]["multi_worker_mirrored"]
+    env = {**local_mode_environment(), "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    command = ["dvc", "exp", "run", "-n", "repeats", "-S", "compare.repeats=3"]
+    killed = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for pid in run_until(killed, "multi_worker_mirrored.r2", project):
+        os.kill(pid, signal.SIGKILL)
+    output = killed.communicate(timeout=600)[0]
+    assert killed.returncode != 0, output[-3000:]
+    assert "error: repeat multi_worker_mirrored.r2 failed: task multi_worker_mirrored.r2 (pid " in output
+    assert "was killed by SIGKILL" in output and "1 finished repeat(s) kept; run the stage again to train the 3 left" \
+        in output
+    assert [p.name for p in (project / "repeats" / "reports").glob("*.json")] == ["normal.r2.json"]
+
+    rerun = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_until(rerun, "multi_worker_mirrored.r3", project)
+    hog = int(subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True).stdout)
+    try:
+        output = rerun.communicate(timeout=600)[0]
+    finally:
+        os.kill(hog, signal.SIGKILL)
+    assert rerun.returncode == 0, output[-3000:]
+    assert "kept 1 finished repeat(s), made beside the same round-1 runs: normal.r2" in output
+    assert "Running stage 'train-normal'" not in output and "Running stage 'evaluate'" not in output, \
+        "a changed repeat count reruns the repeats and the comparison, nothing else"
+    assert "Data and pipelines are up to date." in run_in_project(["dvc", "status"], project)
+
+    mlflow.set_tracking_uri(f"sqlite:///{project}/mlruns/mlflow.db")
+    names = ("normal", "multi_worker_mirrored")
+    runs = [r for r in mlflow.search_runs(experiment_names=["tfdist-mnist"], output_format="list",
+                                          order_by=["attributes.start_time ASC"])
+            if r.data.tags.get("model_name", "").partition(".r")[0] in names and r.data.tags.get("tfdist.execution")
+            in ("convnet", "repeats")]
+    assert [r.data.tags["model_name"] for r in runs] == [
+        "normal", "multi_worker_mirrored", "normal.r2", "multi_worker_mirrored.r2", "normal.r3",
+        "multi_worker_mirrored.r3"], "interleaved, round after round, one MLflow run each"
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+    comparison = json.loads((project / "reports" / "compare" / "compare.json").read_text())
+    row = comparison["runs"]["multi_worker_mirrored"]
+    assert len(row["rounds"]) == 3 and row["interval_basis"] == "3 interleaved repeats of each"
+    assert [r["name"] for r in row["rounds"]] == ["multi_worker_mirrored", "multi_worker_mirrored.r2",
+                                                  "multi_worker_mirrored.r3"], "every round's report kept"
+    assert row["rounds"][2]["machine"]["others_percent"] >= 10 and "round 3: other programs used" in \
+        comparison["verdict"], "the round the hog ran beside is flagged, and the verdict says it rests on it"
+    assert {decision(single), decision(row)} != {"above", "below"}, "never opposite confident verdicts"

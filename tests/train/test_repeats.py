@@ -51,7 +51,7 @@ def workspace(tmp_path, monkeypatch):
 def repeat(workspace: Path, repeats: int, strategies: str = "[mirrored,central_storage]"):
     config = load_config(REPO / "params.yaml", [f"compare.repeats={repeats}", f"distributed.strategies={strategies}"])
     paths = RepeatPaths(workspace / "reports" / "train", workspace / "data", workspace / "repeats",
-                        workspace / "reports" / "repeats", workspace / "backups")
+                        workspace / "backups")
     return run_repeats(config, paths, [sys.executable, "-c", TRAINER])
 
 
@@ -70,15 +70,18 @@ def test_the_stage_trains_round_after_round_then_keeps_what_is_unchanged(workspa
     repeat(workspace, 3)
     assert order(workspace) == ["normal.r2", "mirrored.r2", "central_storage.r2",
                                 "normal.r3", "mirrored.r3", "central_storage.r3"]
-    manifest = json.loads((workspace / "reports" / "repeats" / MANIFEST).read_text())["finished"]
+    manifest = json.loads((workspace / "repeats" / MANIFEST).read_text())["finished"]
     assert sorted(manifest) == sorted(order(workspace))
     assert repeat(workspace, 3) == [], "nothing changed: every repeat is kept"
     repeat(workspace, 4)
     assert order(workspace)[6:] == ["normal.r4", "mirrored.r4", "central_storage.r4"], "a round added: only it trains"
     repeat(workspace, 2)
-    assert sorted(p.stem for p in (workspace / "reports" / "repeats").glob("*.r*.json")) == [
+    assert sorted(p.stem for p in (workspace / "repeats" / "reports").glob("*.json")) == [
         "central_storage.r2", "mirrored.r2", "normal.r2"], "rounds dropped: their outputs removed"
-    assert sorted(p.name for p in (workspace / "repeats").iterdir()) == ["central_storage.r2", "mirrored.r2", "normal.r2"]
+    assert sorted(p.name for p in (workspace / "repeats" / "models").iterdir()) == [
+        "central_storage.r2", "mirrored.r2", "normal.r2"]
+    assert sorted(p.stem for p in (workspace / "repeats" / "reports" / "history").iterdir()) == [
+        "central_storage.r2", "mirrored.r2", "normal.r2"]
 
 
 def test_a_round_one_run_that_changed_has_its_repeats_trained_again(workspace):
@@ -114,8 +117,8 @@ def test_repeats_need_round_one_first(workspace):
 ])
 def test_a_repeat_count_below_one_or_not_an_integer_is_refused_in_one_line(tmp_path, value, expected):
     done = subprocess.run([sys.executable, str(REPO / "stages" / "repeat.py"), "--params", str(REPO / "params.yaml"),
-                           "--set", f"compare.repeats={value}", "--reports", str(tmp_path / "r"),
-                           "--models", str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
+                           "--set", f"compare.repeats={value}", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: {expected}"]
-    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists(), "nothing written"
+    assert not (tmp_path / "r").exists(), "nothing written"

@@ -20,6 +20,8 @@ from tfdist.reports import PrecisionSupport
 # Below this ratio either way, a speed difference is taken for noise where it has no measured interval
 # (runs of a single steady epoch, and the projection, whose terms carry none yet).
 _NOISE = 0.10
+# The most repeats a verdict within noise suggests running; more, and the difference is too small to matter here.
+_REPEATS_WORTH_SUGGESTING = 10
 # Test accuracy lost (points) past which the advice says so.
 _ACCURACY_LOSS_POINTS = 1.0
 #: Machine counts the projection shows.
@@ -71,8 +73,11 @@ def verdict(rows: list[RunRow], projections: Sequence[Projection] = (), network:
         head = (f"Distribution paid off: {best.name} trained {stated(best)} as fast as normal training "
                 f"({pace}, {accuracy}).")
     elif decided == "within":
-        repeats = (f"; the spread measured would need about {best.repeats_to_decide} runs of each to tell"
-                   if best.repeats_to_decide else "")
+        needed = best.repeats_to_decide
+        repeats = (f"; the spread measured would need about {needed} runs of each to tell"
+                   + (f" (`dvc exp run -S compare.repeats={needed}` runs them, interleaved)"
+                      if needed <= _REPEATS_WORTH_SUGGESTING and needed > len(best.rounds) else "")
+                   if needed else "")
         head = (f"Within noise: the fastest strategy, {best.name}, ran at {stated(best)} the speed of normal "
                 f"training ({pace}, {accuracy}), which this measurement cannot tell from normal training's{repeats}.")
     else:

@@ -22,6 +22,8 @@ from tfdist.compare.noise import (
     band,
     between_repeats,
     bootstrap_about,
+    paired_interval,
+    paired_repeats_to_decide,
     ratio_interval,
     repeats_to_decide,
     steady,
@@ -150,45 +152,49 @@ def _reached_in_most(rounds: Sequence[Round], target: float) -> tuple[int, float
 
 
 def _over_rounds(row: RunRow, rounds: Sequence[Round], normal_rounds: Sequence[Round]) -> RunRow:
-    """``row`` (of the rounds' medians) with every round's report and each ratio's interval between rounds.
+    """``row`` (of the rounds' medians) with every round's report, and each ratio paired round by round.
 
-    The bootstrap of :func:`tfdist.compare.noise.ratio_interval` over the rounds'
-    numbers: each round's report (its steady median) is one sample, so the
-    interval is the spread between runs of each, as interleaved repeats measured it.
+    Each ratio is the median of the rounds' own (a round's run against normal
+    training's same round, run next to it), its interval the bootstrap of that
+    median over rounds (:func:`tfdist.compare.noise.paired_interval`).
     """
     reports = [report for report, _ in rounds]
     if row.name == NORMAL_RUN:
         return dataclasses.replace(row, rounds=reports)
     basis = between_repeats(len(rounds))
     normal_reports = [report for report, _ in normal_rounds]
-    low, high = {}, {}
-    for name, declaration in declared(row.report):
-        if declaration.ratio is None or declaration.better is None:
-            continue
-        normal = [declaration.value(getattr(report, name)) for report in normal_reports]
-        run = [declaration.value(getattr(report, name)) for report in reports]
-        if None in normal or None in run:
-            continue
-        found = ratio_interval(normal, run, declaration.better, around=row.vs_normal.get(declaration.ratio.name),
-                               basis=basis)
-        if found is not None:
-            low[declaration.ratio.name], high[declaration.ratio.name] = found.low, found.high
-    to_target = ratio_interval(_seconds_to(normal_rounds, row.target_accuracy),
-                               _seconds_to(rounds, row.target_accuracy), "lower",
-                               around=row.time_to_accuracy_speedup, basis=basis) if row.time_to_accuracy_speedup else None
-    steady_normal = [report.steady_epoch_seconds for report in normal_reports]
-    steady_run = [report.steady_epoch_seconds for report in reports]
+    vs_normal, low, high = dict(row.vs_normal), {}, {}
+    paired = _paired(reports, normal_reports)
+    for name, per_round in paired.items():
+        vs_normal[name] = statistics.median(per_round) if per_round else None
+        if found := paired_interval(per_round, basis):
+            low[name], high[name] = found.low, found.high
+    to_target = [normal / run for normal, run in zip(_seconds_to(normal_rounds, row.target_accuracy),
+                                                     _seconds_to(rounds, row.target_accuracy), strict=True)
+                 if normal is not None and run is not None]
+    interval = paired_interval(to_target, basis) if row.time_to_accuracy_speedup else None
     return dataclasses.replace(
-        row, vs_normal_low=low, vs_normal_high=high, interval_basis=basis if low else "",
-        time_to_accuracy_low=to_target.low if to_target else None,
-        time_to_accuracy_high=to_target.high if to_target else None,
-        repeats_to_decide=repeats_to_decide(steady_normal, steady_run, row.speedup) if row.speedup else None,
-        rounds=reports)
+        row, vs_normal=vs_normal, vs_normal_low=low, vs_normal_high=high, interval_basis=basis if low else "",
+        time_to_accuracy_speedup=statistics.median(to_target) if interval else row.time_to_accuracy_speedup,
+        time_to_accuracy_low=interval.low if interval else None,
+        time_to_accuracy_high=interval.high if interval else None,
+        repeats_to_decide=paired_repeats_to_decide(paired.get("speedup", [])), rounds=reports)
 
 
-def _seconds_to(rounds: Sequence[Round], target: float) -> list[float]:
-    """The training seconds to ``target`` of each round that reached it."""
-    return [found[1] for _, history in rounds if (found := time_to_accuracy(history, target))]
+def _paired(reports: Sequence[TrainReport], normal_reports: Sequence[TrainReport]) -> dict[str, list[float]]:
+    """Every declared ratio of each round's report against normal training's same round, by the ratio's name."""
+    per_round: dict[str, list[float]] = {}
+    for report, normal in zip(reports, normal_reports, strict=True):
+        for name, value in ratios(report, normal).items():
+            per_round.setdefault(name, [])
+            if value is not None:
+                per_round[name].append(value)
+    return per_round
+
+
+def _seconds_to(rounds: Sequence[Round], target: float) -> list[float | None]:
+    """The training seconds to ``target`` of each round (None: that round never reached it)."""
+    return [found[1] if (found := time_to_accuracy(history, target)) else None for _, history in rounds]
 
 
 def _epoch_span(history: list[dict[str, float]], epoch: int, report: TrainReport) -> tuple[float, float]:

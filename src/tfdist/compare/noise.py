@@ -9,8 +9,10 @@ medians, as one disturbed epoch should not move them), each run's steady
 epochs resampled on their own, seeded so that a report is reproducible. It is
 labelled "within one run": it says how steady each run was, not how much the
 next run, on a busier machine, would differ; only repeats measure that. With
-repeats (``compare.repeats``), the same bootstrap resamples the rounds instead:
-each round's median, so the interval is the spread between runs.
+repeats (``compare.repeats``), the rounds are interleaved, so each round's run
+pairs with normal training's of the same round: the ratio is the median of the
+rounds' ratios and its interval the bootstrap of that median over rounds
+(:func:`paired_interval`), the spread between runs with the drift between rounds cancelled.
 
 Time to accuracy has a resolution besides: a run is seen to reach the target
 only at the end of an epoch, so it got there somewhere within that epoch. Its
@@ -117,9 +119,36 @@ def repeats_to_decide(normal: Sequence[float], run: Sequence[float], ratio: floa
     were as steady as these runs: n = (z · s / |ln ratio|)², at least 2. None
     where the ratio is 1.0 or a run has fewer than 2 samples.
     """
-    if len(normal) < 2 or len(run) < 2 or ratio <= 0 or ratio == 1:
+    if len(normal) < 2 or len(run) < 2:
         return None
-    spread = math.sqrt(np.var(np.log(normal), ddof=1) + np.var(np.log(run), ddof=1))
+    return _runs_needed(math.sqrt(np.var(np.log(normal), ddof=1) + np.var(np.log(run), ddof=1)), ratio)
+
+
+def paired_interval(ratios: Sequence[float], basis: str) -> Interval | None:
+    """The interval of the median of per-round ratios (each round's run against normal's same round); None for one.
+
+    Interleaved rounds pair up in time: a machine that drifted between rounds
+    moved both runs of a round alike, and the round's ratio cancels it. The
+    percentile bootstrap of the median over rounds; with 3 rounds it is the
+    lowest to the highest round's ratio, so only rounds that all agree decide.
+    """
+    if len(ratios) < 2:
+        return None
+    low, high = band(bootstrap_medians(ratios, np.random.default_rng(0)))
+    return Interval(float(low), float(high), basis)
+
+
+def paired_repeats_to_decide(ratios: Sequence[float]) -> int | None:
+    """:func:`repeats_to_decide` for per-round ratios: the rounds the spread of their ratios would need."""
+    if len(ratios) < 2:
+        return None
+    return _runs_needed(float(np.std(np.log(ratios), ddof=1)), float(np.median(ratios)))
+
+
+def _runs_needed(spread: float, ratio: float) -> int | None:
+    """n = (z · s / |ln ratio|)², at least 2, for a log-scale spread ``s``; None where the ratio is 1.0 (or not positive)."""
+    if ratio <= 0 or ratio == 1:
+        return None
     z = 1.959963984540054  # the normal quantile of LEVEL, two-sided
     return max(2, math.ceil((z * spread / abs(math.log(ratio))) ** 2))
 

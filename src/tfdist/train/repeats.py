@@ -7,11 +7,11 @@ round in the order normal, s1, s2, ... (``distributed.strategies``), so that a
 machine that drifts during the pipeline drifts under every strategy alike, as the
 benchmarks alternate. Each repeat is the train stage itself, run as a child
 process under the run name ``NAME.rK`` (its own MLflow run in the execution, its
-model, report and history in the repeat stage's outputs); the comparison then
+model, report and history in the repeat stage's output, ``repeats/``); the comparison then
 rests on the spread between rounds (:mod:`tfdist.compare.compute`).
 
 A repeat is kept while the round-1 run it was made beside is unchanged: the
-manifest (``repeats.json`` among the reports) records the digest of that run's
+manifest (``repeats.json`` in the stage's output folder) records the digest of that run's
 report for each finished repeat. DVC reruns round 1 whenever anything that
 decides a training changes, which changes its report, so a kept repeat is never
 stale; a changed repeat count runs only the rounds it adds (and removes those
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from tfdist import atomic
 from tfdist.cluster.processes import ProcessGroup
-from tfdist.config import Config
+from tfdist.config import NORMAL_RUN, Config
+from tfdist.distribute.registry import NORMAL_STRATEGY
 from tfdist.errors import InputError, RunError
 from tfdist.reports import Repeat, planned
 
@@ -50,13 +51,25 @@ def report_digest(path: Path) -> str:
 
 @dataclass(frozen=True)
 class RepeatPaths:
-    """Where round 1's reports are read and the repeats written (the train stage's folders, for the repeats)."""
+    """Where round 1's reports are read, and the repeats written: ``out`` holds their models, reports and manifest.
+
+    One folder, so that the stage's one DVC output is never empty (it holds the
+    manifest even where there is no repeat to train).
+    """
 
     first_reports: Path
     data: Path
-    models: Path
-    reports: Path
+    out: Path
     backups: Path
+
+    @property
+    def models(self) -> Path:
+        return self.out / "models"
+
+    @property
+    def reports(self) -> Path:
+        """NAME.rK.json and history/NAME.rK.csv, as the train stage writes them."""
+        return self.out / "reports"
 
 
 def run_repeats(config: Config, paths: RepeatPaths, launch: Sequence[str]) -> list[Repeat]:
@@ -72,11 +85,10 @@ def run_repeats(config: Config, paths: RepeatPaths, launch: Sequence[str]) -> li
     """
     repeats = planned(config.run_names, config.compare.repeats)
     digests = {name: _first_digest(paths.first_reports, name) for name in config.run_names}
-    manifest = _read_manifest(paths.reports)
+    manifest = _read_manifest(paths.out)
     kept = {r.label: manifest[r.label] for r in repeats
             if manifest.get(r.label) == digests[r.name] and _outputs_of(paths, r.label)[1].is_file()}
-    paths.models.mkdir(parents=True, exist_ok=True)
-    _write_manifest(paths.reports, kept)
+    _write_manifest(paths.out, kept)
     _remove_unplanned(paths, {r.label for r in repeats})
     todo = [r for r in repeats if r.label not in kept]
     if kept:
@@ -86,7 +98,7 @@ def run_repeats(config: Config, paths: RepeatPaths, launch: Sequence[str]) -> li
                  f"{index + 1} of {len(todo)} to train")
         _train(repeat, paths, launch, left=len(todo) - index, kept=len(kept))
         kept[repeat.label] = digests[repeat.name]
-        _write_manifest(paths.reports, kept)
+        _write_manifest(paths.out, kept)
     return todo
 
 
@@ -105,7 +117,8 @@ def _outputs_of(paths: RepeatPaths, label: str) -> tuple[Path, Path, Path]:
 
 def _train(repeat: Repeat, paths: RepeatPaths, launch: Sequence[str], *, left: int, kept: int) -> None:
     """Run the train stage for one repeat as a child process; its failure is the stage's, named."""
-    command = [*launch, "--strategy", repeat.strategy, "--name", repeat.label, "--data", str(paths.data),
+    strategy = NORMAL_STRATEGY if repeat.name == NORMAL_RUN else repeat.name
+    command = [*launch, "--strategy", strategy, "--name", repeat.label, "--data", str(paths.data),
                "--models", str(paths.models), "--reports", str(paths.reports), "--backups", str(paths.backups)]
     try:
         with ProcessGroup(out=sys.stderr, stop_timeout=STOP_SECONDS) as group:
@@ -134,7 +147,7 @@ def _write_manifest(folder: Path, finished: dict[str, str]) -> None:
 
 def _remove_unplanned(paths: RepeatPaths, labels: set[str]) -> None:
     """Remove the outputs of repeats no longer planned (rounds dropped, runs no longer listed)."""
-    found = {path.stem for path in paths.reports.glob("*.json") if path.name != MANIFEST}
+    found = {path.stem for path in paths.reports.glob("*.json")}
     found |= {path.name for path in paths.models.iterdir() if path.is_dir()} if paths.models.is_dir() else set()
     for label in sorted(found - labels):
         if ".r" not in label:

@@ -26,22 +26,34 @@ import yaml
 
 import tfdist  # noqa: F401  (selects tf_keras before TensorFlow loads)
 from tfdist.config import Config, load_config
-from tfdist.data.prepared import Digits, load_split
+from tfdist.data.prepared import MNIST_CLASSES, DataSpec, Split, load_spec, load_split, scaled
 
 PREPARED = Path("data/prepared")
 
 
-def prepared(split: str, rows: int | None = None) -> Digits:
+def prepared(split: str, rows: int | None = None) -> Split:
     """A prepared split (run ``dvc repro preprocess`` first), tiled to ``rows`` rows if given.
 
     The offline sample has 3,600 training digits; tiling them to MNIST's 60,000
     gives epochs as long as the seed's, so per-epoch costs weigh the same.
     """
-    digits = load_split(PREPARED, split)
+    images = load_split(PREPARED, split, load_spec(PREPARED))
     if rows is None:
-        return digits
-    repeat = -(-rows // len(digits))
-    return Digits(np.tile(digits.x, (repeat, 1))[:rows], np.tile(digits.y, repeat)[:rows])
+        return images
+    repeat = -(-rows // len(images))
+    return Split(np.tile(images.x, (repeat, 1, 1, 1))[:rows], np.tile(images.y, repeat)[:rows])
+
+
+#: What :func:`full_size` is, for the models built on it.
+FULL_SIZE_SPEC = DataSpec("MNIST (full size)", (28, 28, 1), MNIST_CLASSES)
+
+
+def train_quietly(settings: Config, spec: Any, strategy: Any, info: Any, train: Split, val: Split,
+                  data: DataSpec | None = None) -> Any:
+    """``tfdist.train.fit.train_model`` on MNIST-shaped ``train`` and ``val``, Keras's per-epoch lines kept quiet."""
+    from tfdist.train.fit import train_model
+
+    return quietly(train_model, settings, spec, strategy, info, data=data or load_spec(PREPARED), train=train, val=val)
 
 
 FULL_SIZE = Path("data/benchmark/mnist-60k.npz")
@@ -76,19 +88,19 @@ def full_size_mnist(rows: int = 60_000, seed: int = 0) -> Path:
     return FULL_SIZE
 
 
-def full_size(split: str) -> Digits:
-    """A split of :func:`full_size_mnist` as the pipeline prepares it (float32 in [0, 1], 784 pixels).
+def full_size(split: str) -> Split:
+    """A split of :func:`full_size_mnist` as the pipeline prepares it (uint8, 28x28x1: :data:`FULL_SIZE_SPEC`).
 
     ``train`` is all 60,000 shifted digits; ``val`` 1,000 of them; ``test`` the 1,000 real, unshifted ones.
     """
-    from tfdist.data.stage import normalize
+    from tfdist.data.stage import as_images
 
     with np.load(full_size_mnist()) as npz:
         arrays = {key: npz[key] for key in npz.files}
     if split == "test":
-        return Digits(*normalize(arrays["x_test"], arrays["y_test"], "full size"))
-    x, y = normalize(arrays["x_train"], arrays["y_train"], "full size")
-    return Digits(x, y) if split == "train" else Digits(x[:1000], y[:1000])
+        return Split(*as_images(arrays["x_test"], arrays["y_test"], "full size"))
+    x, y = as_images(arrays["x_train"], arrays["y_train"], "full size")
+    return Split(x, y) if split == "train" else Split(x[:1000], y[:1000])
 
 
 def config(**train: Any) -> Config:
@@ -111,8 +123,8 @@ def step_ms(report: dict) -> float:
     return 1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"]
 
 
-def accuracy(model: Any, test: Digits) -> float:
-    probabilities = model.predict(test.x, batch_size=1024, verbose=0)
+def accuracy(model: Any, test: Split) -> float:
+    probabilities = model.predict(scaled(test.x), batch_size=1024, verbose=0)
     return float(np.mean(probabilities.argmax(axis=1) == test.y))
 
 

@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 
-from benchmarks.common import config, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, prepared, table, train_quietly  # noqa: E402
 
 STEPS = (1, 10, 50, 200, 2400)  # 2400 = a whole epoch of 60,000 at batch 25
 
@@ -25,13 +25,12 @@ def one(epochs: int, intra: int, inter: int, **train: object) -> float:
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
     from tfdist.runtime import configure_threads
-    from tfdist.train.fit import train_model
 
     configure_threads(intra, inter)
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
-    result = quietly(train_model, config(epochs=epochs, **train), spec, strategy, info, prepared("train", 60_000),
-                     prepared("val"))
+    result = train_quietly(config(epochs=epochs, **train), spec, strategy, info, prepared("train", 60_000),
+                           prepared("val"))
     return result.steady_samples_per_second
 
 

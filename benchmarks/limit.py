@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import config, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, prepared, table, train_quietly  # noqa: E402
 from benchmarks.results import median  # noqa: E402
 
 
@@ -64,8 +64,6 @@ def main() -> None:
         configure_threads(args.peak, 0)
         print(matmul_peak(args.size))
         return
-    from tfdist.train.fit import train_model
-
     settings = config(epochs=4)
     one_core, all_cores = peak_in_process(args.size, 1), peak_in_process(args.size, 0)
     configure_threads(*op_threads(settings))
@@ -76,7 +74,7 @@ def main() -> None:
     flops_per_example = 6 * weights  # forward 2 per weight, backward 4
     rows = []
     for batch in (25, 256):
-        result = quietly(train_model, config(epochs=4, batch_size=batch), spec, strategy, info, train, val)
+        result = train_quietly(config(epochs=4, batch_size=batch), spec, strategy, info, train, val)
         achieved = flops_per_example * result.steady_samples_per_second
         rows.append([f"normal, batch {batch}", result.steady_samples_per_second, f"{achieved / 1e9:.1f}",
                      f"{achieved / all_cores:.0%}"])

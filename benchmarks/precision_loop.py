@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from benchmarks.common import config, prepared, quietly, table  # noqa: E402
+from benchmarks.common import config, prepared, table, train_quietly  # noqa: E402
 from benchmarks.results import median  # noqa: E402
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -27,7 +27,6 @@ def main() -> None:
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
     from tfdist.runtime import configure_threads, op_threads
-    from tfdist.train.fit import train_model
     from tfdist.train.precision import hardware_support
 
     defaults = config()
@@ -39,7 +38,7 @@ def main() -> None:
     for _ in range(args.reps):
         for batch, loop, precision in itertools.product((25, 256), ("fit", "custom"), PRECISIONS):
             settings = config(epochs=args.epochs, batch_size=batch, loop=loop, precision=precision)
-            result = quietly(train_model, settings, spec, strategy, info, train, val)
+            result = train_quietly(settings, spec, strategy, info, train, val)
             results.setdefault((batch, loop, precision), []).append(
                 (result.steady_samples_per_second, result.history[-1]["val_accuracy"]))
     rows = []

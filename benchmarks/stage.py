@@ -58,8 +58,9 @@ def data_folder(root: Path) -> Path:
     folder.mkdir()
     train = prepared("train", ROWS)
     np.savez(folder / "train.npz", x=train.x, y=train.y)
-    for split in ("val", "test"):
-        (folder / f"{split}.npz").write_bytes((PREPARED / f"{split}.npz").read_bytes())
+    for split in ("val", "test", "spec.json"):
+        name = split if split.endswith(".json") else f"{split}.npz"
+        (folder / name).write_bytes((PREPARED / name).read_bytes())
     return folder
 
 

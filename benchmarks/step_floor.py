@@ -18,6 +18,7 @@ import statistics
 import time
 
 from benchmarks.common import accuracy, full_size  # noqa: E402
+from tfdist.data.prepared import scaled  # noqa: E402
 from tfdist.runtime import configure_threads  # noqa: E402
 from tfdist.tf_imports import keras, tf  # noqa: E402
 
@@ -31,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_threads(1, 2)
     train, test = full_size("train"), full_size("test")
-    images, labels = tf.constant(train.x), tf.constant(train.y)
+    images, labels = tf.constant(scaled(train.x)), tf.constant(train.y)
     keras.utils.set_random_seed(42)
     model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
                               keras.layers.Dropout(0.2), keras.layers.Dense(10, activation="softmax")])

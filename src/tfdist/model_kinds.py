@@ -59,12 +59,12 @@ class ModelKind:
 
 
 KINDS: dict[str, ModelKind] = {kind.name: kind for kind in (
-    ModelKind("mlp", "the seed MLP: 784 -> Dense(relu) per model.hidden_units -> Dropout -> Dense(10, softmax)",
+    ModelKind("mlp", "the seed MLP: the flat pixels -> Dense(relu) per model.hidden_units -> Dropout -> Dense(K, softmax)",
               layers="mlp_layers", weighted_layers=lambda model: len(model.hidden_units) + 1,
               weighted_words=lambda model: f"model.hidden_units {model.hidden_units} and the output",
               split_hint=" or add hidden layers", threads_per_op="one", onednn=False),
     ModelKind("cnn", "Keras's Simple MNIST convnet: Conv2D(32, 3) -> MaxPool -> Conv2D(64, 3) -> MaxPool -> Flatten "
-                     "-> Dropout -> Dense(10, softmax)",
+                     "-> Dropout -> Dense(K, softmax)",
               layers="cnn_layers", weighted_layers=lambda model: 3,
               weighted_words=lambda model: "two convolutions and the output", split_hint="", threads_per_op="share",
               onednn=True),

@@ -166,6 +166,8 @@ class TrainReport:
         threads: the CPUs and thread pools of its processes (None in reports
             written before it was recorded).
         machine: what else the machine did while it trained: steal, other programs (None in older reports).
+        dataset: what it trained on, as :meth:`tfdist.data.prepared.DataSpec.describe` words it
+            (``MNIST sample (28x28x1, 10 classes)``; "" in older reports).
     """
 
     name: str
@@ -231,6 +233,7 @@ class TrainReport:
     collectives: CollectiveCosts | None = None
     threads: ThreadSettings | None = None
     machine: MachineNoise | None = None
+    dataset: str = ""
 
     @property
     def disturbed(self) -> str:

@@ -33,9 +33,9 @@ def test_preprocess_writes_data_and_summary(workdir):
     result = invoke(preprocess, "--set", "data.validation_split=0.2")
     assert result.exit_code == 0, result.output
     summary = json.loads((workdir / "reports" / "data.json").read_text())
-    assert summary["source"] == "sample" and summary["splits"]["val"]["total"] == 800
+    assert summary["source"] == "MNIST sample" and summary["splits"]["val"]["total"] == 800
     assert len(summary["sha256"]) == 64
-    assert sorted(p.name for p in (workdir / "data" / "prepared").iterdir()) == ["test.npz", "train.npz", "val.npz"]
+    assert sorted(p.name for p in (workdir / "data" / "prepared").iterdir()) == ["spec.json", "test.npz", "train.npz", "val.npz"]
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_train_refuses_mixed_float16_where_loss_scaling_is_unsupported(workdir):
 def test_train_without_prepared_data_exits_2(workdir):
     result = invoke(train, "--name", "normal")
     assert result.exit_code == 2
-    assert "data/prepared/train.npz not found; run the preprocess stage first" in result.output
+    assert "data/prepared/spec.json not found; run the preprocess stage (dvc repro preprocess)" in result.output
 
 
 def test_train_evaluate_compare(workdir, prepared_copy):

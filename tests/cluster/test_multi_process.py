@@ -18,6 +18,7 @@ import pytest
 from tfdist.data.prepared import load_split
 from tfdist.evaluate.stage import evaluate_model
 
+from helpers.digits import MNIST
 from helpers.project import REPO, local_mode_environment, process_alive, tiny_params, train_stage_command
 
 pytestmark = pytest.mark.slow
@@ -32,7 +33,7 @@ def accuracy_on_test(workdir, name):
     from tfdist.tracking import models
 
     model = models.load_model(workdir / "models" / name)
-    metrics, _ = evaluate_model(model, load_split(workdir / "data" / "prepared", "test"))
+    metrics, _ = evaluate_model(model, load_split(workdir / "data" / "prepared", "test", MNIST), MNIST)
     return metrics["accuracy"]
 
 

@@ -79,7 +79,7 @@ def test_missing_path_source(tmp_path):
 
 def test_the_keras_source_downloads_checks_and_caches(tmp_path, mnist_server):
     raw = load_source("keras", timeout=5, cache_dir=tmp_path / "cache", download=mnist_server)
-    assert raw.source == "keras" and raw.x_train.shape == (30, 28, 28) and raw.x_test.shape == (10, 28, 28)
+    assert raw.source == "MNIST" and raw.x_train.shape == (30, 28, 28) and raw.x_test.shape == (10, 28, 28)
     cached = tmp_path / "cache" / "datasets" / "mnist.npz"
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == mnist_server.sha256
     # the cache serves the next load: no server needed
@@ -104,7 +104,7 @@ def test_the_keras_source_fails_fast_and_clearly_when_unreachable(tmp_path):
 def test_auto_falls_back_to_the_sample_with_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         raw = load_source("auto", timeout=2, cache_dir=tmp_path, download=closed_port_download())
-    assert raw.source == "sample" and len(raw.y_train) == 5000
+    assert raw.source == "MNIST sample" and len(raw.y_train) == 5000
     assert "using the 5,000-digit offline sample" in caplog.text
 
 
@@ -115,7 +115,7 @@ def test_a_corrupt_cache_is_reported_not_trusted(tmp_path, caplog):
     with pytest.raises(DownloadError, match="cached .*mnist.npz failed its hash check"):
         load_source("keras", timeout=2, cache_dir=tmp_path, download=closed_port_download())
     with caplog.at_level(logging.WARNING):
-        assert load_source("auto", timeout=2, cache_dir=tmp_path, download=closed_port_download()).source == "sample"
+        assert load_source("auto", timeout=2, cache_dir=tmp_path, download=closed_port_download()).source == "MNIST sample"
 
 
 def test_the_default_download_is_keras_own_file():

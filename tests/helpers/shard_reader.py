@@ -1,7 +1,7 @@
 """One multi_worker_mirrored worker that reads an epoch of fit's training input and writes which digits it got.
 
 Run as ``python tests/helpers/shard_reader.py OUT.json`` with TF_CONFIG set, one
-process per worker: the digits are numbered (digit i has every pixel i / n),
+process per worker: the images are numbered (image i's first two pixels are i's two bytes),
 the input is the one ``fit`` builds (:meth:`tfdist.train.fit.FitPlan.train_input`),
 and the worker records the numbers in its own replicas' batches over an epoch's
 steps, and how many digits its input pipeline batched (a counting step put
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from tfdist.data.prepared import Digits
+from tfdist.data.prepared import Split
 from tfdist.tf_imports import tf
 from tfdist.train.fit import FitPlan
 
@@ -41,8 +41,10 @@ def main(out: str) -> None:
     tf.data.Dataset.batch = counted_batches(tf.data.Dataset.batch)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     workers = strategy.num_replicas_in_sync
-    ids = np.arange(DIGITS, dtype=np.float32)
-    digits = Digits(np.repeat((ids / DIGITS)[:, None], 784, axis=1), (np.arange(DIGITS) % 10).astype(np.int64))
+    ids = np.arange(DIGITS)
+    images = np.zeros((DIGITS, 28, 28, 1), dtype=np.uint8)
+    images[:, 0, 0, 0], images[:, 0, 1, 0] = ids // 256, ids % 256
+    digits = Split(images, (ids % 10).astype(np.int64))
     global_batch = PER_REPLICA_BATCH * workers
     plan = FitPlan(global_batch=global_batch, steps=DIGITS // global_batch, learning_rate=0.001, warmup_steps=0,
                    asynchronous=False, val_batch=global_batch, val_steps=None, shards=0, workers=workers)
@@ -54,7 +56,8 @@ def main(out: str) -> None:
     for _ in range(plan.steps):
         x, _labels = next(iterator)
         for local in strategy.experimental_local_results(x):
-            read.extend(np.rint(local.numpy()[:, 0] * DIGITS).astype(int).tolist())
+            pixels = np.rint(local.numpy()[:, :2] * 255).astype(int)  # scaled to [0, 1] by the input
+            read.extend((pixels[:, 0] * 256 + pixels[:, 1]).tolist())
     with open(out, "w") as file:
         json.dump({"read": read, "batched": len(batched), "steps": plan.steps, "workers": workers}, file)
 

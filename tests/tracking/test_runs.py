@@ -13,6 +13,7 @@ from tfdist.tracking.outage import MetricsOutbox, Patience
 from tfdist.tracking.store import redact, store_uri
 from tfdist.workspace import workspace_root
 
+from helpers.digits import MNIST
 from helpers.project import tiny_params
 from helpers.servers import free_ports
 
@@ -64,7 +65,7 @@ def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
     from tfdist.config import ModelConfig
     from tfdist.train.models import build_sequential
 
-    model = build_sequential(ModelConfig(hidden_units=[8]), exported=True)
+    model = build_sequential(ModelConfig(hidden_units=[8]), MNIST, exported=True)
     example = __import__("numpy").zeros((2, 784), dtype="float32")
     models.save_model(model, tmp_path / "m", example=example, log_to_run=False)
     loaded = models.load_model(tmp_path / "m")
@@ -87,7 +88,7 @@ def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(t
     versions = []
     for strategy in ("default", "mirrored"):
         with runs.start_run(strategy, params={}, tags={}):
-            model = build_sequential(ModelConfig(hidden_units=[8]), exported=True)
+            model = build_sequential(ModelConfig(hidden_units=[8]), MNIST, exported=True)
             versions.append(models.save_model(model, tmp_path / strategy, example=example, log_to_run=True,
                                                 register_as="digits", version_tags={"strategy": strategy}))
     assert versions == ["1", "2"]

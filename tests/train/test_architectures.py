@@ -12,28 +12,29 @@ from tfdist.train.architectures import StepSeededDropout, layer_stack, weighted
 from tfdist.train.models import build_model, build_sequential, export_copy, trained_weights
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, TWO_DEVICES
+from helpers.digits import MNIST
 from helpers.project import tiny_params
 
 CNN = ModelConfig(kind="cnn", dropout=0.0)
 
 
 def test_the_cnn_is_keras_s_simple_mnist_convnet():
-    trained = build_sequential(ModelConfig(kind="cnn", dropout=0.5))
+    trained = build_sequential(ModelConfig(kind="cnn", dropout=0.5), MNIST)
     assert isinstance(trained.layers[-2], StepSeededDropout) and len(trained.non_trainable_weights) == 1, \
         "trained with a dropout whose masks resume from a backup: one counter"
-    model = build_sequential(ModelConfig(kind="cnn", dropout=0.5), exported=True)  # what is saved
+    model = build_sequential(ModelConfig(kind="cnn", dropout=0.5), MNIST, exported=True)  # what is saved
     assert model.count_params() == 34_826, "keras.io/examples/vision/mnist_convnet: 34,826 parameters"
     assert [type(layer).__name__ for layer in model.layers] == [
         "Reshape", "Conv2D", "MaxPooling2D", "Conv2D", "MaxPooling2D", "Flatten", "Dropout", "Dense"]
     assert model.layers[-2].rate == 0.5 and model.output_shape == (None, 10)
-    assert weighted(layer_stack(CNN)) == [False, True, False, True, False, False, False, True]
+    assert weighted(layer_stack(CNN, MNIST), MNIST) == [False, True, False, True, False, False, False, True]
 
 
 @pytest.mark.skipif(not HAS_GPU and LOGICAL_CPUS < 2, reason="needs two devices")
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_the_cnn_split_over_two_devices_steps_like_one_device_with_each_pooling_beside_its_convolution(loop):
     keras.utils.set_random_seed(5)
-    whole, split = build_model(CNN, loop), build_model(CNN, loop, TWO_DEVICES)
+    whole, split = build_model(CNN, MNIST, loop), build_model(CNN, MNIST, loop, TWO_DEVICES)
     split.set_weights(whole.get_weights())
     assert [device_of(v) for v in split.trainable_variables] == [TWO_DEVICES[0]] * 4 + [TWO_DEVICES[1]] * 2
     rng = np.random.default_rng(0)
@@ -60,10 +61,10 @@ def test_a_sequential_builder_is_taken_layer_by_layer_and_its_saved_copy_has_its
         "    return keras.Sequential([keras.Input(input_shape), keras.layers.Conv2D(4, 3, activation='relu'),\n"
         "        keras.layers.Flatten(), keras.layers.Dense(classes, activation='softmax')])\n"))
     config = ModelConfig(kind="builder", builder=builder)
-    model = build_model(config, "custom")
+    model = build_model(config, MNIST, "custom")
     assert [type(layer).__name__ for layer in model.stack] == ["Reshape", "Conv2D", "Flatten", "Dense", "Activation"]
     assert model(np.zeros((3, 784), np.float32)).shape == (3, 10)
-    copy = export_copy(model, config)
+    copy = export_copy(model, config, MNIST)
     for a, b in zip(trained_weights(model), trained_weights(copy), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -79,7 +80,7 @@ BAD_BUILDERS = [
      "returned a builtins.list, not a tf_keras Model"),
     ("wrong classes", "def build(a, b):\n    return keras.Sequential([keras.Input(a), keras.layers.Flatten(),\n"
      "        keras.layers.Dense(5, activation='softmax')])\n", "builder_five:build",
-     "its output has shape (None, 5); it must give one probability per class: (None, 10)"),
+     "its output has shape (None, 5); it must give one probability per class of MNIST sample: (None, 10)"),
     ("logits", "def build(a, b):\n    return keras.Sequential([keras.Input(a), keras.layers.Flatten(),\n"
      "        keras.layers.Dense(b, kernel_initializer='ones')])\n", "builder_logits:build",
      "its outputs are not probabilities"),
@@ -122,4 +123,4 @@ def test_a_functional_builder_is_refused_by_a_layer_split_naming_why(tmp_path, p
 def test_the_layer_count_checked_before_tensorflow_starts_is_the_built_one(config):
     from tfdist.train.checks import layers_with_weights
 
-    assert layers_with_weights(config) == sum(weighted(layer_stack(config)))
+    assert layers_with_weights(config) == sum(weighted(layer_stack(config, MNIST), MNIST))

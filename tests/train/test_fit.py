@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tfdist.config import load_config
-from tfdist.data.prepared import load_split
+from tfdist.data.prepared import load_split, scaled
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
@@ -15,6 +15,7 @@ from tfdist.train.fit import FitPlan, effective_learning_rate, train_model
 from tfdist.train.input_pipeline import make_dataset_fn
 
 from helpers.devices import SPLIT_REPLICAS
+from helpers.digits import MNIST
 from helpers.project import tiny_params
 
 
@@ -33,10 +34,10 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     spec = get_spec(strategy_name)
     strategy, info = build_strategy(spec, config.distributed.devices)
     recorder = Recorder()
-    result = train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
-                         val=load_split(prepared_dir, "val"), callbacks=[recorder])
-    test = load_split(prepared_dir, "test")
-    accuracy = float(np.mean(result.model.predict(test.x, verbose=0).argmax(axis=1) == test.y))
+    result = train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST),
+                         val=load_split(prepared_dir, "val", MNIST), callbacks=[recorder])
+    test = load_split(prepared_dir, "test", MNIST)
+    accuracy = float(np.mean(result.model.predict(scaled(test.x), verbose=0).argmax(axis=1) == test.y))
     assert accuracy > 0.8, "two epochs on 3,600 real digits reach well above chance (0.1)"
     assert info.replicas == (SPLIT_REPLICAS if strategy_name in ("mirrored", "central_storage") else 1)
     assert result.global_batch_size == 32 * info.replicas
@@ -56,12 +57,12 @@ def test_each_validation_reads_every_validation_digit_once_from_its_endless_inpu
     config = load_config(tiny_params(tmp_path))
     spec = get_spec("mirrored")
     strategy, info = build_strategy(spec, config.distributed.devices)
-    val = load_split(prepared_dir, "val")
-    result = train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"), val=val)
+    val = load_split(prepared_dir, "val", MNIST)
+    result = train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST), val=val)
     assert len(val) % result.global_batch_size == 16
     plan = FitPlan.of(config, spec, info, 3600, len(val))
     assert (plan.val_steps, plan.shards) == (7, 0)
-    loss, accuracy = result.model.evaluate(val.x, val.y, batch_size=result.global_batch_size, verbose=0)
+    loss, accuracy = result.model.evaluate(scaled(val.x), val.y, batch_size=result.global_batch_size, verbose=0)
     last = result.history[-1]
     assert (last["val_loss"], last["val_accuracy"]) == (pytest.approx(loss, rel=1e-6), pytest.approx(accuracy)), \
         "the last epoch's validation is a finite pass over the same digits"
@@ -81,9 +82,9 @@ def test_batch_larger_than_the_data_is_refused(tmp_path, prepared_dir):
     config = load_config(tiny_params(tmp_path, train={"batch_size": 100_000}))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
-    with pytest.raises(InputError, match="exceeds the 3600 training digits; lower train.batch_size"):
-        train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
-                         val=load_split(prepared_dir, "val"))
+    with pytest.raises(InputError, match="exceeds the 3600 training images; lower train.batch_size"):
+        train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST),
+                         val=load_split(prepared_dir, "val", MNIST))
 
 
 def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepared_dir):
@@ -93,15 +94,15 @@ def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepa
     recorder = Recorder()
     with pytest.raises(Diverged, match=r"training diverged: loss is (nan|inf) at epoch 1 \(step 112\); "
                                        r"lower train.learning_rate or clip gradients") as raised:
-        train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
-                    val=load_split(prepared_dir, "val"), callbacks=[recorder])
+        train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST),
+                    val=load_split(prepared_dir, "val", MNIST), callbacks=[recorder])
     assert (raised.value.epoch, raised.value.step, raised.value.exit_code) == (1, 112, 1)
     assert recorder.epochs == [], "callbacks after the guard (trackers, backups) never see a diverged epoch"
 
 
 def test_each_worker_reads_its_own_order_under_parameter_server(prepared_dir):
     """The dataset function gives each worker batches of its own, though TensorFlow cannot tell them apart."""
-    train = load_split(prepared_dir, "train")
+    train = load_split(prepared_dir, "train", MNIST)
     fn = make_dataset_fn(train, 25, seed=1, own_order=True)
     # ParameterServerStrategy hands every worker this same context (TF 2.21: one pipeline, id 0)
     context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
@@ -135,8 +136,8 @@ def test_scaled_rate_and_warmup_reach_the_optimizer_under_mirrored(tmp_path, pre
     config = load_config(tiny_params(tmp_path, train={"epochs": 2, "lr_scaling": "linear", "warmup_epochs": 0.5}))
     spec = get_spec("mirrored")
     strategy, info = build_strategy(spec, config.distributed.devices)
-    result = train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
-                         val=load_split(prepared_dir, "val"))
+    result = train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST),
+                         val=load_split(prepared_dir, "val", MNIST))
     assert result.learning_rate == pytest.approx(0.001 * info.replicas)
     assert result.warmup_steps == round(0.5 * result.steps_per_epoch)
     optimizer = result.model.optimizer

@@ -14,6 +14,7 @@ from tfdist.runtime import intra_op_threads, onednn_enabled
 from tfdist.train.architectures import layer_stack, weighted
 from tfdist.train.checks import layers_with_weights, too_few_layers
 
+from helpers.digits import MNIST
 from helpers.project import REPO, tiny_params
 
 
@@ -33,7 +34,7 @@ def test_every_record_names_a_function_of_layers_and_counts_its_weighted_layers_
         if kind.takes_builder:
             continue
         config = ModelConfig(kind=kind.name)
-        assert layers_with_weights(config) == sum(weighted(layer_stack(config))), kind.name
+        assert layers_with_weights(config) == sum(weighted(layer_stack(config, MNIST), MNIST)), kind.name
 
 
 def test_adding_a_kind_is_one_record(monkeypatch, tmp_path):
@@ -42,7 +43,7 @@ def test_adding_a_kind_is_one_record(monkeypatch, tmp_path):
     params = tiny_params(tmp_path, model={"kind": "wide", "hidden_units": [256, 256]})
     config = load_config(params).model
     assert config.kind == "wide"
-    assert layers_with_weights(config) == 3 == sum(weighted(layer_stack(config)))
+    assert layers_with_weights(config) == 3 == sum(weighted(layer_stack(config, MNIST), MNIST))
     assert onednn_enabled("auto", "wide") is True and intra_op_threads("auto", "wide", replicas=1) >= 1
     assert "model.hidden_units [256, 256] and the output" in str(too_few_layers(config, 4, 3))
 

@@ -9,6 +9,7 @@ from tfdist.tf_imports import keras
 from tfdist.train.models import DigitClassifier, PipelineClassifier, build_model, build_sequential
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, TWO_DEVICES
+from helpers.digits import MNIST
 
 MODEL = ModelConfig(hidden_units=[32, 16], dropout=0.0)  # no dropout: the steps must agree exactly
 
@@ -29,8 +30,8 @@ def one_sgd_step(model, x, y):
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_model_parallel_puts_layers_on_two_devices_and_steps_like_one_device(loop):
     keras.utils.set_random_seed(3)
-    whole = build_model(MODEL, loop)
-    split = build_model(MODEL, loop, TWO_DEVICES)
+    whole = build_model(MODEL, MNIST, loop)
+    split = build_model(MODEL, MNIST, loop, TWO_DEVICES)
     split.set_weights(whole.get_weights())
     assert [device_of(v) for v in split.trainable_variables] == [TWO_DEVICES[0]] * 4 + [TWO_DEVICES[1]] * 2
     x, y = batch()
@@ -43,9 +44,9 @@ def test_model_parallel_puts_layers_on_two_devices_and_steps_like_one_device(loo
 @pytest.mark.parametrize("micro_batches", [1, 4, 6])
 def test_a_pipelined_step_applies_the_full_batch_gradient(micro_batches):
     keras.utils.set_random_seed(4)
-    whole = DigitClassifier(MODEL)
+    whole = DigitClassifier(MODEL, MNIST)
     whole.build((None, 784))
-    pipelined = PipelineClassifier(MODEL, TWO_DEVICES, micro_batches)
+    pipelined = PipelineClassifier(MODEL, MNIST, TWO_DEVICES, micro_batches)
     pipelined.build((None, 784))
     pipelined.set_weights(whole.get_weights())
     x, y = batch()
@@ -88,7 +89,7 @@ def test_fit_reads_the_metrics_on_the_last_step_of_each_execution_only_with_the_
     trained = {}
     for kind in ("tf_keras", "tfdist"):
         keras.utils.set_random_seed(5)
-        model = build_sequential(MODEL) if kind == "tf_keras" and loop == "fit" else build_model(MODEL, loop)
+        model = build_sequential(MODEL, MNIST) if kind == "tf_keras" and loop == "fit" else build_model(MODEL, MNIST, loop)
         if kind == "tf_keras" and loop == "custom":  # the subclassed model with tf_keras's own train function
             model.make_train_function = lambda force=False, m=model: keras.Model.make_train_function(m, force)
         reads, logs = Reads(), Logs()

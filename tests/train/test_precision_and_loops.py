@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfdist.config import load_config
-from tfdist.data.prepared import load_split
+from tfdist.data.prepared import load_split, scaled
 from tfdist.distribute.builders import build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
@@ -18,6 +18,7 @@ from tfdist.train.checks import check_precision
 from tfdist.train.fit import train_model
 from tfdist.train.models import build_model, compile_model, trained_weights
 
+from helpers.digits import MNIST
 from helpers.project import tiny_params
 
 
@@ -25,13 +26,13 @@ def train(tmp_path, prepared_dir, strategy="default", **train_section):
     config = load_config(tiny_params(tmp_path, train=train_section))
     spec = get_spec(strategy)
     strategy, info = build_strategy(spec, config.distributed.devices)
-    return train_model(config, spec, strategy, info, train=load_split(prepared_dir, "train"),
-                         val=load_split(prepared_dir, "val"))
+    return train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST),
+                         val=load_split(prepared_dir, "val", MNIST))
 
 
 def accuracy_on_test(result, prepared_dir):
-    test = load_split(prepared_dir, "test")
-    return float(np.mean(result.model.predict(test.x, verbose=0).argmax(axis=1) == test.y))
+    test = load_split(prepared_dir, "test", MNIST)
+    return float(np.mean(result.model.predict(scaled(test.x), verbose=0).argmax(axis=1) == test.y))
 
 
 def test_the_custom_loop_learns_as_well_as_fit(tmp_path, prepared_dir):
@@ -62,7 +63,7 @@ def one_sgd_step(params, loop, method, value=0.05):
     config = load_config(params, ["train.optimizer=sgd", "train.learning_rate=1.0", "train.steps_per_execution=1",
                                   f"train.clip.method={method}", f"train.clip.value={value}"])
     keras.utils.set_random_seed(3)
-    model = build_model(config.model, loop)
+    model = build_model(config.model, MNIST, loop)
     compile_model(model, config.train, config.train.learning_rate)
     x = np.random.default_rng(0).random((64, 784), dtype=np.float32)
     y = np.arange(64) % 10
@@ -92,8 +93,8 @@ def test_policies_do_not_leak_between_models(params_file):
     model_config = load_config(params_file).model
     before = keras.mixed_precision.global_policy().name
     with precision.policy("mixed_float16"):
-        mixed = build_model(model_config, "custom")
-    plain = build_model(model_config, "custom")
+        mixed = build_model(model_config, MNIST, "custom")
+    plain = build_model(model_config, MNIST, "custom")
     assert len(trained_weights(mixed)) == 4, "two Dense layers; the gradient-norm metrics are not parameters"
     assert keras.mixed_precision.global_policy().name == before
     assert mixed.stack[0].compute_dtype == "float16" and mixed.stack[0].variable_dtype == "float32"
@@ -106,12 +107,12 @@ def test_policies_do_not_leak_between_models(params_file):
 def test_mixed_float16_recovers_from_a_huge_initial_loss_scale(tmp_path, prepared_dir):
     config = load_config(tiny_params(tmp_path, train={"precision": "mixed_float16", "loop": "custom"}))
     with precision.policy("mixed_float16"):
-        model = build_model(config.model, "custom")
+        model = build_model(config.model, MNIST, "custom")
         optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0 ** 40)
         model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(),
                       metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], steps_per_execution=10)
-    train_split = load_split(prepared_dir, "train")
-    history = model.fit(train_split.x, train_split.y, batch_size=32, epochs=2, verbose=0).history
+    train_split = load_split(prepared_dir, "train", MNIST)
+    history = model.fit(scaled(train_split.x), train_split.y, batch_size=32, epochs=2, verbose=0).history
     assert history["nonfinite_steps"][0] >= 10, "overflowing steps were counted"
     assert float(optimizer.loss_scale) < 2.0 ** 30, "each overflow halved the loss scale"
     assert all(np.isfinite(w).all() for w in trained_weights(model)), "skipped steps were not applied"

@@ -9,6 +9,7 @@ from stages import evaluate, train
 from tfdist.config import load_config
 
 from helpers.devices import TWO_DEVICES
+from helpers.digits import MNIST
 from helpers.project import tiny_params
 
 
@@ -65,8 +66,8 @@ def test_mixed_precision_activations_count_half_the_bytes(workdir):
     from tfdist.train.step_costs import _activation_bytes
 
     config = load_config(workdir / "params.yaml", ("model.hidden_units=[64]", "train.precision=mixed_bfloat16"))
-    model = build_model(config.model, "custom", list(TWO_DEVICES))
-    assert _activation_bytes(config, model, 32) == 2 * 32 * 64 * 2, "the hidden layer's output crosses, both ways"
+    model = build_model(config.model, MNIST, "custom", list(TWO_DEVICES))
+    assert _activation_bytes(config, MNIST, model, 32) == 2 * 32 * 64 * 2, "the hidden layer's output crosses, both ways"
     cnn = load_config(workdir / "params.yaml", ("model.kind=cnn",))
-    model = build_model(cnn.model, "custom", list(TWO_DEVICES))
-    assert _activation_bytes(cnn, model, 32) == 2 * 32 * (5 * 5 * 64) * 4, "the second pooling's output crosses"
+    model = build_model(cnn.model, MNIST, "custom", list(TWO_DEVICES))
+    assert _activation_bytes(cnn, MNIST, model, 32) == 2 * 32 * (5 * 5 * 64) * 4, "the second pooling's output crosses"

@@ -19,6 +19,8 @@ import mlflow
 import numpy as np
 import pytest
 
+from tfdist.data.prepared import scaled
+
 from helpers.project import local_mode_environment, tiny_params, train_stage_command
 from helpers.s3 import SECRET_KEY, s3_store
 from helpers.servers import free_ports, serving
@@ -167,7 +169,7 @@ def test_the_object_store_behind_the_server_down_while_the_model_is_logged(tmp_p
             with tracking_uri(url):  # a logged model is fetched through the process-wide tracking URI
                 model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")  # downloaded through the server
             digits = np.load(prepared_copy / "test.npz")
-            predicted = np.asarray(model.predict(digits["x"][:50])).argmax(axis=1)
+            predicted = np.asarray(model.predict(scaled(digits["x"][:50]))).argmax(axis=1)
             assert (predicted == digits["y"][:50]).mean() > 0.5
         assert any(key.startswith("mlflow/") and key.endswith("MLmodel") for key in s3.keys("mlflow/")), \
             "the model's files are in the bucket"

@@ -80,16 +80,17 @@ def build_comparison(train: dict[str, TrainReport], evaluation: dict[str, EvalRe
         scaling=projections,
         precision_support=support,
         cpu_count=base.hardware.cpu_cores,
-        measured_on=measured_on(base.hardware),
+        measured_on=measured_on(base.hardware, base.dataset),
         runs={row.name: row for row in rows},
     )
 
 
-def measured_on(hardware: Hardware) -> str:
-    """Where the numbers come from, in one sentence: they hold for that machine, not for every one."""
+def measured_on(hardware: Hardware, dataset: str = "") -> str:
+    """Where the numbers come from, in one sentence: they hold for that machine and data, not for every one."""
     cpu = f"{hardware.cpu_model or 'CPU'}, {hardware.cpu_cores} cores"
     gpus = f"{len(hardware.gpu_models)} x {hardware.gpu_models[0]}" if hardware.gpu_models else "no GPU"
-    return (f"Measured on {', '.join(hardware.hosts)} ({cpu}, {gpus}); the numbers are that machine's: "
+    data = f", training on {dataset}" if dataset else ""
+    return (f"Measured on {', '.join(hardware.hosts)} ({cpu}, {gpus}){data}; the numbers are that machine's: "
             "run `dvc repro` to measure yours.")
 
 

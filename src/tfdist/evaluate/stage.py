@@ -16,7 +16,7 @@ import numpy as np
 
 from tfdist.atomic import crash_point
 from tfdist.config import Config
-from tfdist.data.prepared import CLASSES, Digits, load_split
+from tfdist.data.prepared import DataSpec, Split, load_spec, load_split, scaled
 from tfdist.measures import mlflow_metrics
 from tfdist.reports import EvalReport, TrainReport, from_dict, read_report
 from tfdist.tracking import experiment, models, runs
@@ -31,6 +31,12 @@ class Evaluation:
     report: EvalReport
     actual: np.ndarray
     predicted: np.ndarray
+    class_names: tuple[str, ...]
+
+    def confusion_rows(self) -> list[dict[str, str]]:
+        """``confusion/NAME.csv``'s rows: each test image's actual and predicted class, by name."""
+        return [{"actual": self.class_names[a], "predicted": self.class_names[p]}
+                for a, p in zip(self.actual, self.predicted, strict=True)]
 
 
 def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir: Path, train_reports: Path
@@ -43,32 +49,34 @@ def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir
     Raises:
         InputError: a model folder or train report is missing or unreadable.
     """
-    test = load_split(prepared_dir, "test")
+    data = load_spec(prepared_dir)
+    test = load_split(prepared_dir, "test", data)
     run_ids = {name: read_report(train_reports / f"{name}.json", TrainReport).mlflow_run_id for name in names}
     for name in names:
         models.check_model(models_dir / name)
     experiment.configure(config.mlflow)
     results = []
     for name in names:
-        metrics, predicted = evaluate_model(models.load_model(models_dir / name), test)
+        metrics, predicted = evaluate_model(models.load_model(models_dir / name), test, data)
         report = from_dict(EvalReport, {"name": name, **metrics}, name)
         if run_ids[name]:
             runs.log_metrics(mlflow_metrics(report), run_id=run_ids[name])
-        log.info("%s: test accuracy %.4f, loss %.4f on %d digits", name, report.accuracy, report.loss, len(test))
-        results.append(Evaluation(report, test.y, predicted))
+        log.info("%s: test accuracy %.4f, loss %.4f on %d images", name, report.accuracy, report.loss, len(test))
+        results.append(Evaluation(report, test.y, predicted, data.class_names))
     crash_point("run.summary")
     return results
 
 
-def evaluate_predictions(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """Loss, accuracy and per-class precision/recall.
+def evaluate_predictions(probabilities: np.ndarray, labels: np.ndarray, class_names: tuple[str, ...]) -> dict[str, Any]:
+    """Loss, accuracy and per-class precision/recall, each class by its name.
 
     Computed in NumPy from the predicted probabilities, so the numbers do not
     depend on how (or whether) the loaded model was compiled.
     """
     probabilities = np.asarray(probabilities, dtype=np.float64)
     predicted = probabilities.argmax(axis=1)
-    confusion = np.zeros((CLASSES, CLASSES), dtype=np.int64)
+    classes = len(class_names)
+    confusion = np.zeros((classes, classes), dtype=np.int64)
     np.add.at(confusion, (labels, predicted), 1)
     true_positive = np.diag(confusion)
     predicted_count = confusion.sum(axis=0)
@@ -79,20 +87,20 @@ def evaluate_predictions(probabilities: np.ndarray, labels: np.ndarray) -> dict[
         "accuracy": float(true_positive.sum() / len(labels)),
         "samples": int(len(labels)),
         "per_class": {
-            str(c): {
+            name: {
                 "precision": _ratio(true_positive[c], predicted_count[c]),
                 "recall": _ratio(true_positive[c], actual_count[c]),
                 "support": int(actual_count[c]),
             }
-            for c in range(CLASSES)
+            for c, name in enumerate(class_names)
         },
     }
 
 
-def evaluate_model(model: Any, test: Digits, batch_size: int = 1024) -> tuple[dict[str, Any], np.ndarray]:
-    """Evaluate ``model`` on ``test``; return the metrics and the predicted labels."""
-    probabilities = model.predict(test.x, batch_size=batch_size, verbose=0)
-    return evaluate_predictions(probabilities, test.y), probabilities.argmax(axis=1)
+def evaluate_model(model: Any, test: Split, data: DataSpec, batch_size: int = 1024) -> tuple[dict[str, Any], np.ndarray]:
+    """Evaluate ``model`` on ``test`` (of ``data``); return the metrics and the predicted labels."""
+    probabilities = model.predict(scaled(test.x), batch_size=batch_size, verbose=0)
+    return evaluate_predictions(probabilities, test.y, data.class_names), probabilities.argmax(axis=1)
 
 
 def _ratio(numerator: int, denominator: int) -> float:

@@ -1,18 +1,19 @@
-"""What a model is made of: for each kind (:mod:`tfdist.model_kinds`), its layers from the 784 pixels to the 10
-class probabilities, in the function its record names.
+"""What a model is made of: for each kind (:mod:`tfdist.model_kinds`), its layers from an image's flat pixels to the
+class probabilities, in the function its record names, for the data it trains on (:class:`tfdist.data.prepared.DataSpec`:
+its images' shape, its classes).
 
-* :func:`mlp_layers`, the seed: Dense(relu) per ``model.hidden_units``, Dropout, Dense(10, softmax).
+* :func:`mlp_layers`, the seed: Dense(relu) per ``model.hidden_units``, Dropout, Dense(K, softmax).
   (Dropout here is :class:`StepSeededDropout`, so a run resumed from a backup drops what the
   uninterrupted one would; the model that is saved has Keras's own.)
 * :func:`cnn_layers`, Keras's "Simple MNIST convnet" (keras.io/examples/vision/mnist_convnet):
-  the pixels as a 28x28 image, Conv2D(32, 3, relu), MaxPool(2), Conv2D(64, 3, relu),
-  MaxPool(2), Flatten, Dropout, Dense(10, softmax).
+  the pixels as an image (28x28x1 for MNIST), Conv2D(32, 3, relu), MaxPool(2), Conv2D(64, 3, relu),
+  MaxPool(2), Flatten, Dropout, Dense(K, softmax).
 * :func:`user_layers`, the user's own: ``model.builder`` names ``package.module:function``,
-  called as ``function((28, 28, 1), 10)``; it returns an uncompiled Keras model whose
-  output is the 10 class probabilities. A Sequential is taken layer by layer (so model
+  called as ``function((height, width, channels), K)``; it returns an uncompiled Keras model whose
+  output is the K class probabilities. A Sequential is taken layer by layer (so model
   and pipeline parallelism can split it); any other model is one layer.
 
-Every stack starts from the flat pixels the prepared data holds and ends in a
+Every stack starts from an image's flat pixels (scaled to [0, 1]) and ends in a
 float32 output, so a mixed-precision policy never computes the softmax and the
 loss in 16 bits. Every call gives fresh layers: each model (replicas in a
 strategy's scope, the float32 copy that is saved) is built anew from the kind.
@@ -30,24 +31,21 @@ from typing import Any
 import numpy as np
 
 from tfdist.config import ModelConfig
-from tfdist.data.prepared import CLASSES, PIXELS
+from tfdist.data.prepared import DataSpec
 from tfdist.errors import InputError
 from tfdist.model_kinds import model_kind
 from tfdist.tf_imports import keras, tf
 from tfdist.workspace import workspace_root
 
-#: The digits as an image: what ``cnn`` and a builder see.
-IMAGE = (28, 28, 1)
 
-
-def layer_stack(config: ModelConfig, exported: bool = False) -> list[keras.layers.Layer]:
-    """Fresh, unbuilt layers of ``config.kind`` from the flat pixels to the float32 class probabilities.
+def layer_stack(config: ModelConfig, data: DataSpec, exported: bool = False) -> list[keras.layers.Layer]:
+    """Fresh, unbuilt layers of ``config.kind`` for ``data``, from the flat pixels to the float32 class probabilities.
 
     ``exported``: for the model that is saved, which predicts only: Keras's
     own Dropout in place of :class:`StepSeededDropout` (no variable, loads anywhere).
     """
-    build: Callable[[ModelConfig], list[keras.layers.Layer]] = globals()[model_kind(config.kind).layers]
-    stack = build(config)
+    build: Callable[[ModelConfig, DataSpec], list[keras.layers.Layer]] = globals()[model_kind(config.kind).layers]
+    stack = build(config, data)
     if exported:
         stack = [keras.layers.Dropout(layer.rate, name=layer.name) if isinstance(layer, StepSeededDropout) else layer
                  for layer in stack]
@@ -88,33 +86,33 @@ class StepSeededDropout(keras.layers.Layer):
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
-def mlp_layers(config: ModelConfig) -> list[keras.layers.Layer]:
-    """The seed MLP's layers."""
+def mlp_layers(config: ModelConfig, data: DataSpec) -> list[keras.layers.Layer]:
+    """The seed MLP's layers (on the flat pixels, whatever the images' shape)."""
     return [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units),
-            StepSeededDropout(config.dropout), _probabilities()]
+            StepSeededDropout(config.dropout), _probabilities(data)]
 
 
-def cnn_layers(config: ModelConfig) -> list[keras.layers.Layer]:
-    """Keras's Simple MNIST convnet's layers."""
+def cnn_layers(config: ModelConfig, data: DataSpec) -> list[keras.layers.Layer]:
+    """Keras's Simple MNIST convnet's layers, on the images' own shape."""
     return [
-        keras.layers.Reshape(IMAGE, name="image"),
+        keras.layers.Reshape(data.shape, name="image"),
         keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
         keras.layers.MaxPooling2D(pool_size=(2, 2)),
         keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
         keras.layers.MaxPooling2D(pool_size=(2, 2)),
         keras.layers.Flatten(),
         StepSeededDropout(config.dropout),
-        _probabilities(),
+        _probabilities(data),
     ]
 
 
-def _probabilities() -> keras.layers.Layer:
-    return keras.layers.Dense(CLASSES, activation="softmax", dtype="float32", name="probabilities")
+def _probabilities(data: DataSpec) -> keras.layers.Layer:
+    return keras.layers.Dense(data.classes, activation="softmax", dtype="float32", name="probabilities")
 
 
-def weighted(stack: list[keras.layers.Layer]) -> list[bool]:
+def weighted(stack: list[keras.layers.Layer], data: DataSpec) -> list[bool]:
     """Which layers of ``stack`` hold weights: the ones a layer split places (a probe builds clones of them)."""
-    shape: tuple = (None, PIXELS)
+    shape: tuple = (None, data.features)
     found = []
     for layer in stack:
         probe = layer.__class__.from_config(layer.get_config())
@@ -147,10 +145,10 @@ def resolve_builder(builder: str) -> Callable[..., Any]:
     return function
 
 
-def user_layers(config: ModelConfig) -> list[keras.layers.Layer]:
+def user_layers(config: ModelConfig, data: DataSpec) -> list[keras.layers.Layer]:
     """The user's model after the pixels' reshape: its layers (a Sequential's, cloned fresh) or itself as one layer."""
-    model = _call_builder(config.builder)
-    image = keras.layers.Reshape(IMAGE, name="image")
+    model = _call_builder(config.builder, data)
+    image = keras.layers.Reshape(data.shape, name="image")
     if isinstance(model, keras.Sequential):
         layers = [layer.__class__.from_config(layer.get_config()) for layer in model.layers]
     else:
@@ -158,15 +156,16 @@ def user_layers(config: ModelConfig) -> list[keras.layers.Layer]:
     return [image, *layers, keras.layers.Activation("linear", dtype="float32", name="float32_output")]
 
 
-def _call_builder(builder: str) -> keras.Model:
-    """The model ``builder`` returns, checked: a Keras model giving one probability per class.
+def _call_builder(builder: str, data: DataSpec) -> keras.Model:
+    """The model ``builder`` returns for ``data``, checked: a Keras model giving one probability per class.
 
     Raises:
-        InputError: the builder raised, returned something else, or its output is not 10 probabilities.
+        InputError: the builder raised, returned something else, or its output is not K probabilities.
     """
     function = resolve_builder(builder)
+    shape, classes = data.shape, data.classes
     try:
-        model = function(IMAGE, CLASSES)
+        model = function(shape, classes)
     except Exception as err:  # noqa: BLE001  the user's code: say where, in one line
         raise InputError(f"model.builder {builder!r} raised {type(err).__name__}: {err}") from None
     if not isinstance(model, keras.Model):
@@ -175,14 +174,15 @@ def _call_builder(builder: str) -> keras.Model:
         raise InputError(f"model.builder {builder!r} returned a {type(model).__module__}.{type(model).__name__}, "
                          f"not a tf_keras Model{hint}")
     try:
-        out = np.asarray(model(np.zeros((2, *IMAGE), dtype=np.float32), training=False), dtype=np.float64)
+        out = np.asarray(model(np.zeros((2, *shape), dtype=np.float32), training=False), dtype=np.float64)
     except Exception as err:  # noqa: BLE001
-        raise InputError(f"model.builder {builder!r}: its model does not take input of shape (None, 28, 28, 1) "
+        raise InputError(f"model.builder {builder!r}: its model does not take input of shape "
+                         f"(None, {', '.join(map(str, shape))}), {data.name}'s images "
                          f"({type(err).__name__}: {str(err).strip().splitlines()[0]})") from None
-    if out.shape != (2, CLASSES):
+    if out.shape != (2, classes):
         raise InputError(f"model.builder {builder!r}: its output has shape (None, {', '.join(map(str, out.shape[1:]))}); "
-                         f"it must give one probability per class: (None, {CLASSES})")
+                         f"it must give one probability per class of {data.name}: (None, {classes})")
     if not (np.all(out >= 0) and np.allclose(out.sum(axis=1), 1.0, atol=1e-3)):
         raise InputError(f"model.builder {builder!r}: its outputs are not probabilities (they sum to "
-                         f"{out.sum(axis=1)[0]:.3g}); end the model in Dense({CLASSES}, activation='softmax')")
+                         f"{out.sum(axis=1)[0]:.3g}); end the model in Dense({classes}, activation='softmax')")
     return model

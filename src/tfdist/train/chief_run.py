@@ -20,7 +20,7 @@ from tfdist import atomic
 from tfdist.atomic import crash_point
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.config import MIXED_PRECISIONS, to_flat_dict
-from tfdist.data.prepared import load_split, splits_digest
+from tfdist.data.prepared import load_split, scaled, splits_digest
 from tfdist.errors import InputError
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.measures import mlflow_metrics
@@ -148,7 +148,8 @@ class ChiefRun(TaskRun):
                     digest = self.save(result, outputs.stage(self.paths.model), patience)
                     report = self.recorded_report(digest) or self.report(
                         result, digest, run_id, support, cpu,
-                        step_costs(self.config, self.spec, self.info, result.model, result.global_batch_size))
+                        step_costs(self.config, self.data, self.spec, self.info, result.model,
+                                   result.global_batch_size))
                     self.backup.save(report=to_dict(report))
                     runs.log_metrics(mlflow_metrics(report), patience=patience)
                     outbox.flush()
@@ -234,19 +235,19 @@ class ChiefRun(TaskRun):
 
     def log_dataset(self) -> None:
         """The prepared data as the run's input, under the sha256 reports/data.json gives (test split included)."""
-        test = load_split(self.paths.prepared, "test")
+        test = load_split(self.paths.prepared, "test", self.data)
         sha256 = splits_digest({"train": self.train_split, "val": self.val_split, "test": test})
-        runs.log_dataset(self.train_split.x, self.train_split.y, name="mnist", sha256=sha256,
+        runs.log_dataset(self.train_split.x, self.train_split.y, name=self.data.name, sha256=sha256,
                              source=str(self.paths.prepared.resolve()), context="training")
 
     def save(self, result: TrainResult, path: Path, patience: Patience) -> str:
         """Save the trained weights as a float32 model at ``path`` (logged and registered per params); their digest."""
-        model = export_copy(result.model, self.config.model)
+        model = export_copy(result.model, self.config.model, self.data)
         digest = weights_digest(model)
         log.info("%s: final weights sha256 %s", self.task.name if self.task else self.name, digest)
         mlflow = self.config.mlflow
         models.save_model(
-            model, path, example=self.train_split.x[:5], log_to_run=mlflow.log_models,
+            model, path, example=scaled(self.train_split.x[:5]), log_to_run=mlflow.log_models,
             register_as=mlflow.registered_model if mlflow.register_models else None,
             version_tags={"strategy": self.info.name, "run_name": self.name, "loop": self.config.train.loop,
                           "precision": self.config.train.precision}, patience=patience,
@@ -275,7 +276,7 @@ class ChiefRun(TaskRun):
             hardware=detect_hardware(self.task.hosts if self.task else None),
             threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
                                    tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
-            machine=cpu.noise,
+            machine=cpu.noise, dataset=self.data.describe(),
         )
 
 

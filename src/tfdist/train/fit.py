@@ -15,7 +15,7 @@ import numpy as np
 
 from tfdist import atomic
 from tfdist.config import Config, TrainConfig
-from tfdist.data.prepared import Digits
+from tfdist.data.prepared import DataSpec, Split
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
@@ -98,19 +98,19 @@ def train_model(
     strategy: tf.distribute.Strategy,
     info: StrategyInfo,
     *,
-    train: Digits,
-    val: Digits,
+    data: DataSpec,
+    train: Split,
+    val: Split,
     callbacks: list[keras.callbacks.Callback] | tuple = (),
     backup: RunBackup | None = None,
     record_backup: bool = True,
 ) -> TrainResult:
-    """Build, compile and ``fit`` the model of ``model.kind`` under ``strategy`` (``spec``'s; ``info``: what it resolved to).
+    """Build, compile and ``fit`` the model of ``model.kind`` for ``data`` under ``strategy`` (``info``: what it is).
 
     ``train.batch_size`` is per replica, so the global batch grows with the
-    replicas, as the keras-io distributed guide does. Under ParameterServer a
-    step is one worker's batch (its replicas in sync, one on a CPU worker) and
-    the workers take steps concurrently: an epoch is still one pass over the
-    data, split into steps that whichever worker is free runs.
+    replicas, as the keras-io distributed guide does. Under ParameterServer a step is one
+    worker's batch (its replicas in sync, one on a CPU worker) and the workers take steps
+    concurrently: an epoch is still one pass over the data, split into steps that whichever worker is free runs.
 
     With ``backup``, the run backs up every epoch and resumes from that backup
     if it holds finished epochs, reading the batches the uninterrupted run would;
@@ -123,7 +123,7 @@ def train_model(
     """
     plan = FitPlan.of(config, spec, info, len(train), len(val))
     keras.utils.set_random_seed(config.seed)
-    model = build_compiled(config, strategy, plan)
+    model = build_compiled(config, data, strategy, plan)
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
     resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup) if backup else ([], 0)
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
@@ -194,7 +194,7 @@ class FitPlan:
         if steps == 0:
             raise InputError(
                 f"train.batch_size {config.train.batch_size} x {info.replicas} replicas = {global_batch} "
-                f"exceeds the {train_size} training digits; lower train.batch_size"
+                f"exceeds the {train_size} training images; lower train.batch_size"
             )
         asynchronous = not info.synchronous
         val_batch, val_steps, shards = global_batch, -(-val_size // global_batch) or None, 0
@@ -214,7 +214,7 @@ class FitPlan:
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
 
-    def inputs(self, train: Digits, val: Digits, seed: int, strategy: tf.distribute.Strategy, *,
+    def inputs(self, train: Split, val: Split, seed: int, strategy: tf.distribute.Strategy, *,
                kept_alive: bool, done_epochs: int = 0) -> tuple[Any, Any]:
         """The training and validation inputs; ``kept_alive`` where destroying their iterators would stall the stage.
 
@@ -228,7 +228,7 @@ class FitPlan:
                 val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
         return train_input, val_input
 
-    def train_input(self, train: Digits, seed: int, strategy: tf.distribute.Strategy, skip: int = 0) -> Any:
+    def train_input(self, train: Split, seed: int, strategy: tf.distribute.Strategy, skip: int = 0) -> Any:
         """An endless dataset, ``steps`` batches an epoch: on several synchronous workers a shard each
         (distributed by ``strategy``), under ParameterServer a per-worker dataset creator.
 
@@ -240,7 +240,7 @@ class FitPlan:
         ``get_next_as_optional``). Cut into epochs by the step count, an endless
         input is iterated once and has no end to agree on. Each pass is still
         reshuffled (seeded) and batched with the remainder dropped, so an epoch
-        is one pass over the digits; the order differs from a new iterator's.
+        is one pass over the images; the order differs from a new iterator's.
         ``skip`` batches are passed over first (a resumed run's epochs done), except under
         ParameterServer, whose order is each worker's own and not reproducible anyway.
         """
@@ -252,14 +252,14 @@ class FitPlan:
                 make_dataset_fn(train, self.global_batch, seed=seed, skip=skip))
         return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True, skip=skip)
 
-    def val_input(self, val: Digits) -> Any:
-        """The validation batches: one pass of them every ``val_steps``, repeated without end; None without digits.
+    def val_input(self, val: Split) -> Any:
+        """The validation batches: one pass of them every ``val_steps``, repeated without end; None without images.
 
         Endless for the same reason as the training input: a finite one costs
         every epoch's validation a new iterator, over several replicas a
         multi-device one whose per-device functions are traced anew (most of
         mirrored's validation, docs/performance.md). Batched before it repeats, the
-        last batch keeps its remainder, so each validation reads every digit
+        last batch keeps its remainder, so each validation reads every image
         once, in order, as a finite pass does. Under ParameterServer the
         validation is exact, in shards the workers read to their ends: finite.
         """
@@ -284,11 +284,11 @@ class FitPlan:
         )
 
 
-def build_compiled(config: Config, strategy: tf.distribute.Strategy, plan: FitPlan) -> keras.Model:
-    """The seed model for ``train.loop``, built and compiled under the precision policy and ``strategy.scope()``."""
+def build_compiled(config: Config, data: DataSpec, strategy: tf.distribute.Strategy, plan: FitPlan) -> keras.Model:
+    """The model for ``data`` and ``train.loop``, built and compiled under the precision policy and ``strategy.scope()``."""
     with precision.policy(config.train.precision), strategy.scope():
-        model = build_model(config.model, config.train.loop, list(plan.stage_devices) or None, plan.micro_batches,
-                            plan.pipelined)
+        model = build_model(config.model, data, config.train.loop, list(plan.stage_devices) or None,
+                            plan.micro_batches, plan.pipelined)
         compile_model(model, config.train, plan.schedule(),
                       **({"pss_evaluation_shards": plan.shards} if plan.shards else {}))
     return model

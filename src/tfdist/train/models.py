@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfdist.config import ClipConfig, ModelConfig, TrainConfig
-from tfdist.data.prepared import PIXELS
+from tfdist.data.prepared import DataSpec
 from tfdist.distribute.placement import place
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import create_optimizer_slots, runs_steps_in_one_function, train_function_reading_metrics_last, untracked
@@ -76,43 +76,44 @@ class SeedSequential(ReadsMetricsOncePerExecution, keras.Sequential):
     """The Sequential model as ``fit`` trains it; what is saved is a plain Sequential (:func:`export_copy`)."""
 
 
-def build_sequential(config: ModelConfig, devices: list[str] | None = None,
+def build_sequential(config: ModelConfig, data: DataSpec, devices: list[str] | None = None,
                      kind: type[keras.Sequential] = keras.Sequential, exported: bool = False) -> keras.Model:
-    """The layers of ``model.kind`` after the 784 pixels, as a ``kind`` of Sequential.
+    """The layers of ``model.kind`` for ``data``, after an image's flat pixels, as a ``kind`` of Sequential.
 
     Call inside ``strategy.scope()`` so the variables are created by the strategy.
     With ``devices``, the layers are split over them (model parallelism);
     ``exported``: the model that is saved (:func:`tfdist.train.architectures.layer_stack`).
     """
-    layers = layer_stack(config, exported) if exported else _layers(config, devices)
-    return kind([keras.Input(shape=(PIXELS,), name="pixels"), *layers], name=config.kind)
+    layers = layer_stack(config, data, exported) if exported else _layers(config, data, devices)
+    return kind([keras.Input(shape=(data.features,), name="pixels"), *layers], name=config.kind)
 
 
-def build_model(config: ModelConfig, loop: str, devices: list[str] | None = None, micro_batches: int = 1,
-                pipelined: bool = False) -> keras.Model:
+def build_model(config: ModelConfig, data: DataSpec, loop: str, devices: list[str] | None = None,
+                micro_batches: int = 1, pipelined: bool = False) -> keras.Model:
     """The model of ``model.kind`` for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``.
 
     ``devices`` splits its layers over them; ``pipelined`` (with ``devices``)
     makes it a :class:`PipelineClassifier` cutting each batch into ``micro_batches``.
     """
     if loop == "custom":
-        model = PipelineClassifier(config, devices, micro_batches) if pipelined else DigitClassifier(config, devices)
-        model.build((None, PIXELS))
+        model = (PipelineClassifier(config, data, devices, micro_batches) if pipelined else
+                 DigitClassifier(config, data, devices))
+        model.build((None, data.features))
         return model
-    return build_sequential(config, devices, SeedSequential)
+    return build_sequential(config, data, devices, SeedSequential)
 
 
-def _layers(config: ModelConfig, devices: list[str] | None) -> list[keras.layers.Layer]:
+def _layers(config: ModelConfig, data: DataSpec, devices: list[str] | None) -> list[keras.layers.Layer]:
     """The kind's layers, the output last, placed on ``devices`` if given.
 
     Raises:
         StrategyError: more devices than layers with weights (a builder's model is
             known only once built, which fixes TensorFlow's devices: checked here).
     """
-    stack = layer_stack(config)
+    stack = layer_stack(config, data)
     if not devices:
         return stack
-    holds_weights = weighted(stack)
+    holds_weights = weighted(stack, data)
     if len(devices) > sum(holds_weights):
         raise too_few_layers(config, len(devices), sum(holds_weights))
     return place(stack, holds_weights, devices)
@@ -152,9 +153,9 @@ class DigitClassifier(ReadsMetricsOncePerExecution):
     ``nonfinite_steps`` counts steps whose gradients held inf or NaN.
     """
 
-    def __init__(self, config: ModelConfig, devices: list[str] | None = None, **kwargs: Any):
+    def __init__(self, config: ModelConfig, data: DataSpec, devices: list[str] | None = None, **kwargs: Any):
         super().__init__(name="digit_classifier", **kwargs)
-        self.stack = _layers(config, devices)
+        self.stack = _layers(config, data, devices)
         self._hold_untracked((
             keras.metrics.Mean(name="gradient_norm"),
             MaxMetric(name="gradient_norm_max"),
@@ -242,8 +243,9 @@ class PipelineClassifier(DigitClassifier):
     is the bubble, (S-1)/(M+S-1) of the time for S stages and M micro-batches.
     """
 
-    def __init__(self, config: ModelConfig, devices: list[str] | None, micro_batches: int, **kwargs: Any):
-        super().__init__(config, devices, **kwargs)
+    def __init__(self, config: ModelConfig, data: DataSpec, devices: list[str] | None, micro_batches: int,
+                 **kwargs: Any):
+        super().__init__(config, data, devices, **kwargs)
         self.micro_batches = micro_batches
 
     def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
@@ -315,7 +317,7 @@ def clip_options(clip: ClipConfig) -> dict[str, float]:
     return {argument: clip.value} if argument else {}
 
 
-def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
+def export_copy(model: keras.Model, config: ModelConfig, data: DataSpec) -> keras.Model:
     """The trained weights in a fresh model built outside any strategy.
 
     What gets saved and evaluated: it loads anywhere, and predicting with it
@@ -324,7 +326,7 @@ def export_copy(model: keras.Model, config: ModelConfig) -> keras.Model:
     float32 whatever the training precision: the variables were float32 anyway.
     """
     with policy("float32"):
-        copy = build_sequential(config, exported=True)
+        copy = build_sequential(config, data, exported=True)
     copy.set_weights(trained_weights(model))
     return copy
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.config import Config
+from tfdist.data.prepared import DataSpec
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.placement import device_of
 from tfdist.distribute.registry import StrategySpec
@@ -61,8 +62,9 @@ class Costs:
     bubble: float | None = None
 
 
-def step_costs(config: Config, spec: StrategySpec, info: StrategyInfo, model: keras.Model, global_batch: int) -> Costs:
-    """The costs of a trained ``model`` under ``spec``; measures the bubble of a layer split (a few seconds)."""
+def step_costs(config: Config, data: DataSpec, spec: StrategySpec, info: StrategyInfo, model: keras.Model,
+               global_batch: int) -> Costs:
+    """The costs of a trained ``model`` (of ``data``'s images) under ``spec``; measures the bubble of a layer split."""
     variables = model.trainable_variables
     total = sum(int(np.prod(v.shape)) for v in variables)
     nbytes = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
@@ -84,18 +86,18 @@ def step_costs(config: Config, spec: StrategySpec, info: StrategyInfo, model: ke
     micro_batches = spec.micro_batches(config.distributed.micro_batches)
     return Costs(
         params_per_device=[per_device[device] for device in info.devices],
-        bytes_per_step=_activation_bytes(config, model, global_batch),
+        bytes_per_step=_activation_bytes(config, data, model, global_batch),
         stages=stages,
         micro_batches=micro_batches,
         bubble_theory=(stages - 1) / (micro_batches + stages - 1),
-        bubble=measure_bubble(model, global_batch, micro_batches),
+        bubble=measure_bubble(model, data, global_batch, micro_batches),
     )
 
 
-def _activation_bytes(config: Config, model: keras.Model, global_batch: int) -> int:
+def _activation_bytes(config: Config, data: DataSpec, model: keras.Model, global_batch: int) -> int:
     """Activations forward and their gradients back, across every stage boundary, for one global batch."""
     itemsize = 2 if config.train.precision.startswith("mixed") else 4  # activations in the compute dtype
-    shape: Any = (None, 784)
+    shape: Any = (None, data.features)
     crossing = 0
     for stage in _stage_layers(model)[:-1]:
         for layer in stage:
@@ -104,7 +106,7 @@ def _activation_bytes(config: Config, model: keras.Model, global_batch: int) -> 
     return 2 * global_batch * crossing * itemsize
 
 
-def measure_bubble(model: keras.Model, global_batch: int, micro_batches: int) -> float:
+def measure_bubble(model: keras.Model, data: DataSpec, global_batch: int, micro_batches: int) -> float:
     """The measured idle share of a layer-split model's devices over one step's forward and backward passes.
 
     Three timings, each of one traced call, less the cost of calling an empty
@@ -117,8 +119,8 @@ def measure_bubble(model: keras.Model, global_batch: int, micro_batches: int) ->
     """
     groups = _stage_layers(model)
     rng = np.random.default_rng(0)
-    x = tf.constant(rng.random((global_batch, 784), dtype=np.float32))
-    y = tf.constant(rng.integers(0, 10, global_batch))
+    x = tf.constant(rng.random((global_batch, data.features), dtype=np.float32))
+    y = tf.constant(rng.integers(0, data.classes, global_batch))
     loss = keras.losses.SparseCategoricalCrossentropy()
     overhead = _median_seconds(tf.function(lambda: tf.constant(0.0)))
 

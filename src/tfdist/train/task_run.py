@@ -29,7 +29,7 @@ from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.cluster.peer_loss import peers_watched
 from tfdist.cluster.rendezvous import wait_for_peers
 from tfdist.config import Config
-from tfdist.data.prepared import Digits, load_split
+from tfdist.data.prepared import SPEC_FILE, DataSpec, Split, load_spec, load_split
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
@@ -51,8 +51,9 @@ class TaskRun:
     strategy: tf.distribute.Strategy
     info: StrategyInfo
     #: Set by :meth:`load`.
-    train_split: Digits
-    val_split: Digits
+    data: DataSpec
+    train_split: Split
+    val_split: Split
     backup: RunBackup
 
     def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None = None):
@@ -91,9 +92,10 @@ class TaskRun:
         crash_point("train.strategy")
 
     def load(self) -> None:
-        """The training and validation splits, and this run's backup (plus stale ones under other params)."""
+        """What the data is, its training and validation splits, and this run's backup (plus stale ones under other params)."""
         prepared = self.paths.prepared
-        self.train_split, self.val_split = load_split(prepared, "train"), load_split(prepared, "val")
+        self.data = load_spec(prepared)
+        self.train_split, self.val_split = load_split(prepared, "train", self.data), load_split(prepared, "val", self.data)
         self.key = self.key or self.run_key()  # the chief hashed the data already, at start
         self.backup, self.stale = open_backup(self.paths.backups, name=self.name, key=self.key)
         crash_point("train.data")
@@ -105,7 +107,7 @@ class TaskRun:
     @property
     def data_files(self) -> list[Path]:
         """The prepared files training reads (their bytes are in the backup's key)."""
-        return [self.paths.prepared / "train.npz", self.paths.prepared / "val.npz"]
+        return [self.paths.prepared / "train.npz", self.paths.prepared / "val.npz", self.paths.prepared / SPEC_FILE]
 
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
         """Train, backing up every epoch (and resuming from the backup when it holds epochs).
@@ -118,8 +120,9 @@ class TaskRun:
             RunError: a peer of this cluster task was lost, named in one line (:mod:`tfdist.cluster.peer_loss`).
         """
         with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
-            result = train_model(self.config, self.spec, self.strategy, self.info, train=self.train_split,
-                                 val=self.val_split, callbacks=callbacks, backup=self.backup, record_backup=record_backup)
+            result = train_model(self.config, self.spec, self.strategy, self.info, data=self.data,
+                                 train=self.train_split, val=self.val_split, callbacks=callbacks, backup=self.backup,
+                                 record_backup=record_backup)
             if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
                 return result
             costs = collectives.calibrate(self.strategy, gradient_bytes=collectives.gradient_bytes(result.model),

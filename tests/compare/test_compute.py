@@ -361,3 +361,19 @@ def test_the_compare_stage_says_yes_where_more_machines_pay(tmp_path, monkeypatc
             "projected at 1.65x normal training's speed")
     assert said in result.output
     assert said in (tmp_path / "reports" / "compare" / "compare.md").read_text()
+
+
+def test_a_target_no_run_reaches_is_said_and_the_report_is_still_written():
+    # the user's own data, with MNIST's default target: nobody gets there
+    normal = train_report("default", 10.0, epochs=2, steady_epoch_seconds=1.0, dataset="parts (16x16x3, 3 classes)")
+    mirrored = train_report("mirrored", 5.0, 2, ["/gpu:0", "/gpu:1"], epochs=2, steady_epoch_seconds=0.5,
+                            dataset="parts (16x16x3, 3 classes)")
+    histories = {"normal": history([0.60, 0.70], 1.0), "mirrored": history([0.55, 0.68], 0.5)}
+    comparison = build_comparison({"normal": normal, "mirrored": mirrored},
+                                  {name: eval_report(name, 0.7) for name in histories}, histories,
+                                  CompareConfig(target_accuracy=0.93))
+    assert ("No run reached 0.93 validation accuracy (`compare.target_accuracy`) in its 2 epochs, so time to accuracy "
+            "was not measured: set the target to one this data reaches, or train longer.") in comparison.verdict
+    markdown = render_markdown(comparison)
+    assert markdown.startswith("# Normal vs distributed training on parts (16x16x3, 3 classes)\n")
+    assert "| not reached | not reached | not reached |" in markdown

@@ -1,17 +1,18 @@
 """The user's own images: an .npz of x and y, a folder of PNG and JPEG images per class, and every way they can be wrong.
 
-Each bad input is refused by the preprocess stage itself (a subprocess, as DVC
-runs it): one line naming the file, key or class, exit 2, nothing written.
+Each bad input is refused by the preprocess stage's own command (in process, as
+tests/cli/test_bad_inputs.py runs every stage): one line naming the file, key or
+class, exit 2, nothing written.
 """
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from PIL import Image
 
+from stages import preprocess as preprocess_stage
 from tfdist.config import DataConfig
 from tfdist.data.sources import load_source
 from tfdist.data.stage import prepare
@@ -53,17 +54,16 @@ def test_fashion_mnist_format_idx_files_are_read_as_mnist_s(tmp_path):
     assert data.spec.describe() == "fashion (28x28x1, 10 classes)" and len(data.test) == 20
 
 
-def preprocess(tmp_path, source, *sets: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "stages" / "preprocess.py"), "--params", str(REPO / "params.yaml"),
-         "--set", f"data.source={source}", *(arg for item in sets for arg in ("--set", item)),
-         "--out", str(tmp_path / "prepared"), "--report", str(tmp_path / "data.json")],
-        capture_output=True, text=True, timeout=120)
+def preprocess(tmp_path, source, *sets: str):
+    return CliRunner().invoke(preprocess_stage.main, [
+        "--params", str(REPO / "params.yaml"), "--set", f"data.source={source}",
+        *(arg for item in sets for arg in ("--set", item)),
+        "--out", str(tmp_path / "prepared"), "--report", str(tmp_path / "data.json")])
 
 
-def refused(done: subprocess.CompletedProcess, tmp_path) -> str:
+def refused(done, tmp_path) -> str:
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert done.exit_code == 2 and len(lines) == 1, done.stderr
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "data.json").exists(), "nothing written"
     return lines[0]
 
@@ -114,7 +114,7 @@ def test_bad_image_folders_are_named_in_one_line_exit_2_nothing_written(tmp_path
 def test_the_preprocess_stage_records_shape_and_class_names_in_its_report(tmp_path):
     folder = image_folder(tmp_path / "set", {"cat": 10, "dog": 10}, size=(6, 6))
     done = preprocess(tmp_path, folder)
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     report = json.loads((tmp_path / "data.json").read_text())
     assert (report["source"], report["shape"], report["class_names"]) == ("set", [6, 6, 3], ["cat", "dog"])
     assert report["splits"]["test"]["per_class"] == {"cat": 2, "dog": 2}

@@ -183,8 +183,8 @@ def test_a_training_run_page_shows_its_params_dataset_and_model(ui, project, run
     close_assistant(page)
     for text in ("train.epochs", "strategy.replicas", "Logged models (1)", "tfdist.execution"):
         page.get_by_text(text, exact=True).first.wait_for(timeout=15_000)
-    sha256 = json.loads((project / "reports" / "data.json").read_text())["sha256"]
-    page.get_by_text(f"mnist ({sha256[:16]})").first.wait_for(timeout=15_000)
+    data = json.loads((project / "reports" / "data.json").read_text())
+    page.get_by_text(f"{data['source']} ({data['sha256'][:16]})").first.wait_for(timeout=15_000)  # MNIST sample (...)
     shoot(page, "mlflow-run.png", full_page=True)
 
     page.get_by_role("tab", name="Artifacts").click()

@@ -121,6 +121,9 @@ def _across_machines(rows: list[RunRow], projections: Sequence[Projection], netw
 def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
     """What time to accuracy adds to the throughput verdict: said only where it tells a different story."""
     target = f"{best.target_accuracy:.2f} validation accuracy"
+    if all(row.seconds_to_target is None for row in (normal, *others)):
+        return (f"No run reached {target} (`compare.target_accuracy`) in its {normal.report.epochs} epochs, so time to "
+                "accuracy was not measured: set the target to one this data reaches, or train longer.")
     if normal.seconds_to_target is None:
         return ""  # nothing to compare with: the report's table says "not reached"
     if best.seconds_to_target is None:

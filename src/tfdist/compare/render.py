@@ -40,7 +40,9 @@ def document(comparison: Comparison) -> list[Block]:
     """The report's blocks: verdict, advice, the two tables, notes, figures."""
     rows = comparison.rows
     advice = comparison.advice
-    blocks: list[Block] = [("h1", "Normal vs distributed training"), ("p", comparison.verdict),
+    dataset = rows[0].report.dataset
+    blocks: list[Block] = [("h1", "Normal vs distributed training" + (f" on {dataset}" if dataset else "")),
+                           ("p", comparison.verdict),
                            ("p", f"*{comparison.measured_on}*"),
                            ("h2", "Advice"),
                            ("ul", [f"**Here:** {advice.use}", f"**With more machines:** {advice.scale}",

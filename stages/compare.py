@@ -30,8 +30,8 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
         config = load_config(params_path, overrides)
         check_writable(out_dir)
         stage_started(out_dir)
-        comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, out_dir=out_dir,
-                             repeats_dir=repeats_dir)
+        comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, repeats_dir=repeats_dir,
+                             out_dir=out_dir)
         click.echo(comparison.verdict)
         # what more machines would give, and the network it assumed (compare.network_*)
         click.echo(f"With more machines: {comparison.advice.scale}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -36,8 +35,7 @@ def main(params_path: Path, overrides: tuple[str, ...], first_reports: Path, dat
     """
     with stage_errors():
         config = load_config(params_path, overrides)
-        launch = [sys.executable, "-m", train_stage.__name__, "--params", str(params_path),
-                  *(arg for item in overrides for arg in ("--set", item))]
+        launch = train_stage.command(params_path, overrides)
         check_writable(out_dir, backups_dir)
         stage_started()
         run_repeats(config, RepeatPaths(first_reports, data_dir, out_dir, backups_dir), launch)

@@ -42,15 +42,19 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
         name = check_run_name(name)
         config = load_config(params_path, overrides)
         launch = [
-            sys.executable, "-m", "stages.train", "--params", str(params_path),
-            *(arg for item in overrides for arg in ("--set", item)),
-            "--strategy", strategy, "--name", name, "--data", str(data_dir),
+            *command(params_path, overrides), "--strategy", strategy, "--name", name, "--data", str(data_dir),
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
         ]
         check_writable(models_dir / name, reports_dir, backups_dir)
         stage_started(models_dir / name, reports_dir / f"{name}.json", reports_dir / "history" / f"{name}.csv")
         train(config, strategy_name=strategy, name=name, launch=launch,
               paths=RunPaths(data_dir, models_dir / name, backups_dir, reports=reports_dir))
+
+
+def command(params_path: Path, overrides: tuple[str, ...]) -> list[str]:
+    """This stage as a command with these params, up to its run's options: a local cluster's tasks, the repeats."""
+    return [sys.executable, "-m", "stages.train", "--params", str(params_path),
+            *(arg for item in overrides for arg in ("--set", item))]
 
 
 if __name__ == "__main__":

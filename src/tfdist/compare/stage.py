@@ -27,8 +27,7 @@ log = logging.getLogger(__name__)
 CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
 
-def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path, repeats_dir: Path | None = None
-            ) -> Comparison:
+def compare(config: Config, *, train_dir: Path, eval_dir: Path, repeats_dir: Path, out_dir: Path) -> Comparison:
     """Compare normal training with each of ``distributed.strategies`` into ``out_dir``; attach it to the execution's run.
 
     Writes compare.json (everything), compare.md and compare.html (the same
@@ -46,7 +45,7 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, out_dir: Path, r
     eval_reports = {n: read_report(eval_dir / f"{n}.json", EvalReport) for n in names}
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
     comparison = build_comparison(train_reports, eval_reports, histories, config.compare,
-                                  rounds=_rounds(config, train_reports, histories, repeats_dir or train_dir))
+                                  rounds=_rounds(config, train_reports, histories, repeats_dir))
     with atomic.atomic_path(out_dir, crash_points=True) as tmp:
         figures = plot_figures(comparison, histories, tmp / "figures")
         atomic.write_json(tmp / "compare.json", to_json(comparison))

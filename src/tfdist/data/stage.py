@@ -119,15 +119,20 @@ def check_class_sizes(y: np.ndarray, spec: DataSpec, fractions: tuple[float, ...
 
 
 def _needed(fractions: tuple[float, ...]) -> int:
-    """The fewest images of a class that leave each held-out split one (``round(n * f) >= 1`` in turn) and training one."""
+    """The fewest images of a class that leave each held-out split one (:func:`held_out`, in turn) and training one."""
     for count in range(2, 10_000):
         left, ok = count, True
         for fraction in fractions:
-            held = int(round(left * fraction))
+            held = held_out(left, fraction)
             ok, left = ok and held >= 1, left - held
         if ok and left >= 1:
             return count
     return 10_000
+
+
+def held_out(count: int, fraction: float) -> int:
+    """How many of a class's ``count`` images a split of ``fraction`` holds out (rounded to the nearest)."""
+    return int(round(count * fraction))
 
 
 def stratified_split(y: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +144,7 @@ def stratified_split(y: np.ndarray, fraction: float, rng: np.random.Generator) -
     keep, held = [], []
     for label in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == label))
-        n_held = int(round(len(idx) * fraction))
+        n_held = held_out(len(idx), fraction)
         held.append(idx[:n_held])
         keep.append(idx[n_held:])
     return rng.permutation(np.concatenate(keep)), rng.permutation(np.concatenate(held))

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import click
@@ -54,17 +55,15 @@ def weed_binary() -> str:
     return found
 
 
-def weed_command(weed: str, folder: Path, host: str, port: int, config: Path) -> list[str]:
-    """``weed server`` with master, volume, filer and S3 on ``host``: S3 on ``port``, the rest on ports of its own.
+def weed_command(weed: str, folder: Path, host: str, port: int, config: Path, ports: list[int]) -> list[str]:
+    """``weed server`` with master, volume, filer and S3 on ``host``: S3 on ``port``, the rest on ``ports``.
 
-    Those are picked free at the first start and kept in ``ports.json``: the
-    master's raft state names its address, and a store started again on
-    other ports would not find its cluster (nor serve the objects it holds).
+    Those are picked free at the first start and kept (:func:`kept_ports`).
     One master and one volume server: the master elects itself quickly
     (:data:`MASTER_ELECTION_TIMEOUT`), and the volume server stops without
     its 10 s notice to clients, which have no other server to move to.
     """
-    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = _kept_ports(folder / "ports.json", host)
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = ports
     return [
         weed, "server", f"-dir={folder / 'data'}", f"-ip={host}", f"-ip.bind={host}",
         f"-master.port={master}", f"-master.port.grpc={master_grpc}",
@@ -75,7 +74,13 @@ def weed_command(weed: str, folder: Path, host: str, port: int, config: Path) ->
     ]
 
 
-def _kept_ports(path: Path, host: str, count: int = 7) -> list[int]:
+def kept_ports(folder: Path, host: str, count: int = 7) -> list[int]:
+    """The master's, volume's, filer's and S3 gRPC ports: picked free at the first start, kept in ``ports.json``.
+
+    The master's raft state names its address: a store started again on
+    other ports would not find its cluster (nor serve the objects it holds).
+    """
+    path = folder / "ports.json"
     try:
         ports = json.loads(path.read_text())
         if len(ports) == count and all(isinstance(port, int) for port in ports):
@@ -100,24 +105,50 @@ def write_identity(folder: Path, access_key: str, secret_key: str) -> Path:
     return path
 
 
+def held_volumes(folder: Path) -> int:
+    """How many volumes the store holds on disk (``data/*.dat``, one per volume): 0 at its first start."""
+    return len(list((folder / "data").glob("*.dat")))
+
+
+def registered_volumes(master_url: str) -> int:
+    """How many volumes the master knows a volume server for (its ``/dir/status``); 0 while it cannot say."""
+    try:
+        with urllib.request.urlopen(f"{master_url}/dir/status", timeout=2.0) as response:
+            topology = json.load(response).get("Topology") or {}
+    except (OSError, ValueError):
+        return 0
+    return sum(node.get("Volumes", 0) for centre in topology.get("DataCenters") or []
+               for rack in centre.get("Racks") or [] for node in rack.get("DataNodes") or [])
+
+
 def wait_until_serving(process: subprocess.Popen, location: object_store.S3Location, access_key: str, secret_key: str,
-                       log_file: Path, timeout: float = START_TIMEOUT) -> None:
-    """Create the bucket once S3 answers; RunError with SeaweedFS's last lines if it dies or is not up in ``timeout``."""
+                       log_file: Path, master_url: str, volumes: int, timeout: float = START_TIMEOUT) -> None:
+    """Create the bucket once S3 answers and the master knows the ``volumes`` held: the objects they hold can be read.
+
+    The S3 gateway lists buckets from the filer's own files before the volume
+    server has told the master (just elected) what it holds; a read in that
+    window is an HTTP 500. RunError with SeaweedFS's last lines if it dies or
+    is not up in ``timeout``.
+    """
     s3 = object_store.client(location, access_key=access_key, secret_key=secret_key, timeout=2.0)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
             raise RunError(f"SeaweedFS exited with {process.returncode} before serving S3; {log_file}:\n"
                            + _tail(log_file))
-        try:
-            if location.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
-                s3.create_bucket(Bucket=location.bucket)
-            return
-        except Exception:  # not up yet: connection refused, or the filer not ready (HTTP 5xx)
-            if time.monotonic() > deadline:
-                raise RunError(f"SeaweedFS did not serve S3 on {location.endpoint_url} within {timeout:.0f} s; "
-                               f"{log_file}:\n" + _tail(log_file)) from None
-            time.sleep(0.25)
+        known = registered_volumes(master_url)
+        if known >= volumes:
+            try:
+                if location.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+                    s3.create_bucket(Bucket=location.bucket)
+                return
+            except Exception:  # not up yet: connection refused, or the filer not ready (HTTP 5xx)
+                pass
+        if time.monotonic() > deadline:
+            waiting = f"its master knows {known} of the {volumes} volumes it holds" if known < volumes else "S3 is not up"
+            raise RunError(f"SeaweedFS did not serve S3 on {location.endpoint_url} within {timeout:.0f} s ({waiting}); "
+                           f"{log_file}:\n" + _tail(log_file))
+        time.sleep(0.25)
 
 
 def _tail(path: Path, lines: int = 10) -> str:
@@ -163,11 +194,12 @@ def s3(host: str, port: int, folder: Path, bucket: str) -> None:
         log_file = folder / "weed.log"
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         location = object_store.S3Location(bucket, "", f"http://{shown}:{port}")
+        ports, volumes = kept_ports(folder, host), held_volumes(folder)
         with open(log_file, "ab") as out:
-            process = subprocess.Popen(weed_command(weed_binary(), folder, host, port, config), stdout=out,
+            process = subprocess.Popen(weed_command(weed_binary(), folder, host, port, config, ports), stdout=out,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            wait_until_serving(process, location, access_key, secret_key, log_file)
+            wait_until_serving(process, location, access_key, secret_key, log_file, f"http://{shown}:{ports[0]}", volumes)
             click.echo(f"S3 (SeaweedFS) on {location.endpoint_url}, bucket {bucket}, objects in {folder}\n"
                        f"  DVC remote:       dvc remote modify --local team endpointurl {location.endpoint_url}\n"
                        f"  MLflow artifacts: {object_store.MLFLOW_ENDPOINT_ENV}={location.endpoint_url} tfdist server "

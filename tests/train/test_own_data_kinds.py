@@ -1,10 +1,15 @@
-"""Every model kind trains on the user's own images: colour, 16x16, 3 classes named by the data, under mirrored too.
+"""Every model kind trains on the user's own images: colour, 16x16, 3 classes named by the data, under mirrored
+and as two worker processes under multi_worker_mirrored (a builder's, through DVC: tests/pipeline).
 
 The shape and the classes come from the prepared data (its spec.json), never
 from MNIST: the MLP flattens them, the convnet sees the images as they are, a
 builder is called with them; the saved model's signature, the evaluation's
 per-class numbers and confusion matrix speak the classes' names.
 """
+
+import json
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -20,7 +25,7 @@ from tfdist.train.fit import train_model
 from tfdist.train.models import export_copy
 
 from helpers.digits import colour_set
-from helpers.project import tiny_params
+from helpers.project import REPO, local_mode_environment, tiny_params, train_stage_command
 
 KINDS = [("mlp", {}), ("cnn", {}), ("builder", {"builder": "user_models.lenet:build"})]
 
@@ -52,3 +57,17 @@ def test_every_kind_learns_the_users_colour_images(tmp_path, parts, kind, model,
     assert metrics["accuracy"] > 0.9, f"{kind} under {strategy} learns the colours: {metrics['accuracy']:.3f}"
     assert set(metrics["per_class"]) == {"bolt", "nut", "gear"} and len(predicted) == len(test)
     np.testing.assert_allclose(model.predict(scaled(test.x[:4]), verbose=0).sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts, kind):
+    """The train stage under multi_worker_mirrored, two local worker processes reading spec.json, not MNIST's shape."""
+    shutil.copytree(parts, tmp_path / "data" / "prepared")
+    tiny_params(tmp_path, model={"kind": kind}, train={"epochs": 3, "batch_size": 16})
+    done = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored"), cwd=REPO, env=local_mode_environment(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / "multi_worker_mirrored.json").read_text())
+    assert report["dataset"] == "parts (16x16x3, 3 classes)" and report["workers"] == 2, report
+    assert report["val_accuracy"] > 0.9, f"{kind} on two workers learns the colours: {report['val_accuracy']}"

@@ -24,13 +24,17 @@ at each link as measured, it projects the step on N machines; the table sets
 that beside the step measured on them, and gives each run's speed and time to
 accuracy against normal training on one machine.
 
+``--set 'compression=[none, float16]'`` runs each cluster (and its loopback
+calibration) with its gradients sent as each (``distributed.gradient_compression``);
+normal training is never compressed.
+
 Every cell runs ``--rounds`` times (3 by default), the rounds one after another
 so that every cell sees the machine's slow and quiet spells alike; the table
 gives the medians, the spread (lowest to highest), and the projection's error
 on the medians. Needs root, iproute2, tc and cgroup v1's cpu controller.
 
     python -m benchmarks emulated_machines [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
-        [--set 'machines=[2, 4]'] [--set 'links=[none, 1gbit]']
+        [--set 'machines=[2, 4]'] [--set 'links=[none, 1gbit]'] [--set 'compression=[none, float16]']
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ def projected_step_ms(root: Path, normal: str, calibrated: str, link: dict, mach
 
 
 TITLE = "multi_worker_mirrored on emulated machines against normal training on one of them, and the projection"
-DEFAULTS = {"extra": {"machines": [2, 4], "links": ["none", "1gbit"]}}
+DEFAULTS = {"extra": {"machines": [2, 4], "links": ["none", "1gbit"], "compression": ["none"]}}
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
@@ -119,7 +123,7 @@ def cells(options: Options) -> list[dict[str, Any]]:
         raise SystemExit(f"error: --set machines: {unknown} not emulated here; choose from {sorted(CORES_PER_MACHINE)}")
     if unknown := sorted(set(options.models) - set(TARGETS)):
         raise SystemExit(f"error: --models {unknown}: no target accuracy for them; choose from {sorted(TARGETS)}")
-    return grid(options, machines=machines)
+    return grid(options, machines=machines, compression=options.extra["compression"])
 
 
 def setup(options: Options) -> Context:
@@ -142,7 +146,9 @@ def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[st
     cores, tag = CORES_PER_MACHINE[machines], f"run{next(context.runs)}"
     root, data, hosts = context.root, context.data, context.hosts
     normal = local_run(root, data, f"{tag}-normal", "default", sets, cpu_share.CpuShare(task_cpus(1)[0], cores))
-    calibrated = local_run(root, data, f"{tag}-loopback", "multi_worker_mirrored", [*sets, "distributed.workers=2"],
+    clustered = [*sets, "distributed.strategies=[multi_worker_mirrored]",
+                 f"distributed.gradient_compression={cell['compression']}"]
+    calibrated = local_run(root, data, f"{tag}-loopback", "multi_worker_mirrored", [*clustered, "distributed.workers=2"],
                            cpu_share.CpuShare(None, 2 * cores))
     normal_tta = time_to_accuracy(normal["history"], TARGETS[model])
     found = {"normal_ms": normal["step_ms"], "normal_accuracy": normal["val_accuracy"]}
@@ -150,7 +156,7 @@ def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[st
         for link in options.extra["links"]:
             hosts.shape(None if link == "none" else link)
             measured_link = hosts.measure_ring(machines)
-            mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", sets)
+            mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", clustered)
             tta = time_to_accuracy(mwms["history"], TARGETS[model])
             found.update({
                 f"{link}_ms": mwms["step_ms"],
@@ -169,13 +175,15 @@ def table(result: Result) -> tuple[list[str], list[list[str]]]:
     rows = []
     for cell in result.cells:
         model, batch, machines = cell.params["model"], str(cell.params["batch"]), cell.params["machines"]
+        compression = cell.params.get("compression", "none")
+        sent = "" if compression == "none" else f", {compression} gradients"
         rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core", "", spread(cell.values("normal_ms")),
                      "", "1.00x", f"{median(cell.values('normal_accuracy')):.4f}", ""])
         for link in result.options["links"]:
             step, projected = cell.values(f"{link}_ms"), cell.values(f"{link}_projected_ms")
             tta = cell.values(f"{link}_tta")
             error = (median(projected) - median(step)) / median(step)
-            rows.append([model, batch, f"{machines} machines, link {link}",
+            rows.append([model, batch, f"{machines} machines, link {link}{sent}",
                          f"{median(cell.values(f'{link}_mbit_per_s')):,.0f} / {median(cell.values(f'{link}_round_trip_us')):.0f}",
                          spread(step), f"{median(projected):.2f} ({error:+.0%})", spread(cell.values(f"{link}_speed")) + "x",
                          f"{median(cell.values(f'{link}_accuracy')):.4f}",

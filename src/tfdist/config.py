@@ -38,6 +38,8 @@ DATA_SOURCES = ("auto", "keras", "sample")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")
 #: multi_worker_mirrored's all-reduce implementations (``distributed.all_reduce``).
 ALL_REDUCE = ("auto", "ring", "nccl")
+#: The dtype multi_worker_mirrored's gradients cross the wire in (``distributed.gradient_compression``).
+GRADIENT_COMPRESSIONS = ("none", "float16", "bfloat16")
 LAUNCHERS = ("local", "ray")
 ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: YAML reads those as booleans
 
@@ -211,6 +213,12 @@ class DistributedConfig:
             (GPipe); must divide ``train.batch_size``.
         all_reduce: multi_worker_mirrored's all-reduce: ``auto`` (TensorFlow picks:
             ring on CPUs), ``ring`` (the algorithm Horovod popularised) or ``nccl`` (GPUs only).
+        gradient_compression: the dtype multi_worker_mirrored's gradients cross the wire in, as
+            Horovod's fp16 compression: ``float16`` or ``bfloat16`` halves the bytes each step
+            all-reduces (cast before, back to float32 after; the optimizer, its clipping and the
+            variables stay float32); ``none`` sends them as they are. Normal training, the baseline,
+            is never compressed; a strategy with no all-reduce between processes is refused
+            (:func:`tfdist.train.checks.check_compression`).
         connect_timeout: seconds a cluster task waits for its peers to start before
             it gives up naming them (:mod:`tfdist.cluster.rendezvous`).
         launcher: what starts a multi-process strategy's tasks when no TF_CONFIG is
@@ -239,6 +247,7 @@ class DistributedConfig:
     max_restarts: int = _knob(1, decides=(), role="operational", ge=0)
     micro_batches: int = _knob(5, decides=_TRAIN, ge=1)
     all_reduce: str = _knob("auto", decides=_TRAIN, choices=ALL_REDUCE)
+    gradient_compression: str = _knob("none", decides=_TRAIN, choices=GRADIENT_COMPRESSIONS)
     connect_timeout: float = _knob(300.0, decides=(), role="operational", gt=0)
     heartbeat_timeout: float = _knob(10.0, decides=(), role="operational", ge=2)
     launcher: str = _knob("local", decides=(), role="operational", choices=LAUNCHERS)

@@ -168,6 +168,8 @@ class TrainReport:
         machine: what else the machine did while it trained: steal, other programs (None in older reports).
         dataset: what it trained on, as :meth:`tfdist.data.prepared.DataSpec.describe` words it
             (``MNIST sample (28x28x1, 10 classes)``; "" in older reports).
+        gradient_compression: the dtype its gradients crossed the wire in (``none``: their own;
+            ``distributed.gradient_compression``, :mod:`tfdist.train.compression`).
     """
 
     name: str
@@ -234,6 +236,7 @@ class TrainReport:
     threads: ThreadSettings | None = None
     machine: MachineNoise | None = None
     dataset: str = ""
+    gradient_compression: str = "none"
 
     @property
     def disturbed(self) -> str:
@@ -324,7 +327,7 @@ def read_history(path: Path) -> list[dict[str, float]]:
 
 
 def run_label(name: str, *, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
-              clip: str = "none", distributes: bool = True) -> str:
+              clip: str = "none", compression: str = "none", distributes: bool = True) -> str:
     """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
 
     The scale is the replicas in sync, or workers and parameter servers; the
@@ -333,7 +336,8 @@ def run_label(name: str, *, strategy: str, replicas: int, workers: int, ps: int,
     """
     scale = f" {workers}w+{ps}ps" if ps else (f" ×{replicas}" if replicas > 1 else "")
     head = f"{name}{scale}" if name == strategy or not distributes else f"{name} ({strategy}{scale})"
-    return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else [])])
+    return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else []),
+                       *([f"{compression} gradients"] if compression != "none" else [])])
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Every model kind trains on the user's own images: colour, 16x16, 3 classes named by the data, under mirrored
-and as two worker processes under multi_worker_mirrored (a builder's, through DVC: tests/pipeline).
+and as two worker processes under multi_worker_mirrored, their gradients sent in 16 bits (a builder's, through
+DVC and uncompressed: tests/pipeline).
 
 The shape and the classes come from the prepared data (its spec.json), never
 from MNIST: the MLP flattens them, the convnet sees the images as they are, a
@@ -60,14 +61,20 @@ def test_every_kind_learns_the_users_colour_images(tmp_path, parts, kind, model,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["mlp", "cnn"])
-def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts, kind):
-    """The train stage under multi_worker_mirrored, two local worker processes reading spec.json, not MNIST's shape."""
+@pytest.mark.parametrize(("kind", "loop", "compression"), [("mlp", "fit", "float16"), ("cnn", "custom", "bfloat16")])
+def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts, kind, loop, compression):
+    """The train stage under multi_worker_mirrored, two local worker processes reading spec.json, not MNIST's shape;
+    their gradients cross in 16 bits (distributed.gradient_compression) under either loop: half the bytes, still learnt."""
     shutil.copytree(parts, tmp_path / "data" / "prepared")
-    tiny_params(tmp_path, model={"kind": kind}, train={"epochs": 3, "batch_size": 16})
+    tiny_params(tmp_path, model={"kind": kind}, train={"epochs": 3, "batch_size": 16, "loop": loop},
+                distributed={"strategies": ["multi_worker_mirrored"], "gradient_compression": compression})
     done = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored"), cwd=REPO, env=local_mode_environment(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "reports" / "multi_worker_mirrored.json").read_text())
     assert report["dataset"] == "parts (16x16x3, 3 classes)" and report["workers"] == 2, report
     assert report["val_accuracy"] > 0.9, f"{kind} on two workers learns the colours: {report['val_accuracy']}"
+    assert report["gradient_compression"] == compression and report["run_label"].endswith(f"{compression} gradients")
+    parameters = report["params_per_device"][0]
+    assert report["bytes_per_step"] == 2 * (2 - 1) * parameters * 2, "a ring of 2 sends each gradient's 2 bytes twice"
+    assert abs(report["collectives"]["large_bytes"] - parameters * 2) < 4, "calibrated at the bytes sent (in float32s)"

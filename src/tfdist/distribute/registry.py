@@ -100,6 +100,11 @@ class StrategySpec:
         return self.paradigm == "pipeline"
 
     @property
+    def all_reduces_between_processes(self) -> bool:
+        """Each step all-reduces the gradients between worker processes: what gradient compression applies to."""
+        return self.communication == "ring"
+
+    @property
     def has_ps(self) -> bool:
         """Its cluster has parameter servers."""
         return "ps" in self.local_jobs

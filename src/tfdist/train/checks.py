@@ -24,6 +24,7 @@ def check_config(spec: StrategySpec, config: Config) -> None:
             micro-batches that do not divide the batch.
     """
     check_precision(spec, config.train.precision)
+    check_compression(spec, config)
     if config.train.loop not in spec.loops:
         raise StrategyError(
             f"strategy {spec.name} needs train.loop {' or '.join(spec.loops)}, not {config.train.loop}: its "
@@ -61,6 +62,35 @@ def too_few_layers(model: ModelConfig, devices: int, layers: int) -> StrategyErr
     return StrategyError(
         f"distributed.devices {devices} > the {layers} layer(s) with weights of the model ({kind.weighted_words(model)}): "
         f"model and pipeline parallelism put whole layers on devices; lower distributed.devices{kind.split_hint}")
+
+
+def check_compression(spec: StrategySpec, config: Config) -> None:
+    """Refuse ``distributed.gradient_compression`` where a run would not all-reduce between processes.
+
+    Checked for every listed strategy whichever one trains, so a pipeline that
+    cannot apply it stops at its first training, normal's, not after it.
+
+    Raises:
+        StrategyError: naming the first strategy (this one, or a listed one) without such an all-reduce.
+    """
+    compression = config.distributed.gradient_compression
+    if compression == "none":
+        return
+    names = [*([spec.name] if spec.distributes else []), *config.distributed.strategies]
+    refused = next((name for name in names if not REGISTRY[name].all_reduces_between_processes), None)
+    if refused is None:
+        return
+    able = [name for name, other in REGISTRY.items() if other.all_reduces_between_processes]
+    raise StrategyError(
+        f"distributed.gradient_compression {compression} compresses the gradients {', '.join(able)} all-reduces "
+        f"between processes; {refused} has no such all-reduce to compress: list only {', '.join(able)} "
+        f"(-S 'distributed.strategies=[{able[0]}]') or set distributed.gradient_compression: none")
+
+
+def applied_compression(spec: StrategySpec, config: Config) -> str:
+    """The dtype this run's gradients cross the wire in: ``none`` for normal training (the baseline) and any run
+    without an all-reduce between processes (:func:`check_compression` refused those beforehand)."""
+    return config.distributed.gradient_compression if spec.all_reduces_between_processes else "none"
 
 
 def check_precision(spec: StrategySpec, precision: str) -> None:

@@ -41,6 +41,7 @@ from tfdist.tracking import experiment, models, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable
 from tfdist.tracking.store import redact
 from tfdist.train.callbacks import Diverged
+from tfdist.train.checks import applied_compression
 from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
@@ -218,7 +219,7 @@ class ChiefRun(TaskRun):
         info, train = self.info, self.config.train
         return run_label(self.name, strategy=info.name, replicas=info.replicas, workers=info.workers, ps=info.ps,
                          loop=train.loop, precision=train.precision, clip=train.clip.method,
-                         distributes=self.spec.distributes)
+                         compression=applied_compression(self.spec, self.config), distributes=self.spec.distributes)
 
     def params(self) -> dict[str, Any]:
         return {**to_flat_dict(self.config), "strategy": self.info.to_dict(), "tensorflow": tf.__version__,
@@ -277,6 +278,7 @@ class ChiefRun(TaskRun):
             threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
                                    tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
             machine=cpu.noise, dataset=self.data.describe(),
+            gradient_compression=applied_compression(self.spec, self.config),
         )
 
 

@@ -24,6 +24,7 @@ from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, tracing_count
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
+from tfdist.train.checks import applied_compression
 from tfdist.train.input_pipeline import make_dataset, make_dataset_fn
 from tfdist.train.models import build_model, compile_model, trained_weights
 from tfdist.train.resume import RunBackup, restored_history
@@ -172,6 +173,7 @@ class FitPlan:
         micro_batches: pieces each step's batch is cut into (1: whole).
         pipelined: the model runs GPipe's step over the micro-batches (pipeline parallelism).
         workers: worker processes stepping together; more than one read a shard each.
+        compression: the dtype its gradients cross the wire in (:func:`tfdist.train.checks.applied_compression`).
     """
 
     global_batch: int
@@ -186,6 +188,7 @@ class FitPlan:
     micro_batches: int = 1
     pipelined: bool = False
     workers: int = 1
+    compression: str = "none"
 
     @classmethod
     def of(cls, config: Config, spec: StrategySpec, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
@@ -209,7 +212,7 @@ class FitPlan:
                    round(config.train.warmup_epochs * steps), asynchronous, val_batch, val_steps, shards,
                    stage_devices=tuple(info.devices) if spec.splits_layers else (),
                    micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined,
-                   workers=info.workers if info.synchronous else 1)
+                   workers=info.workers if info.synchronous else 1, compression=applied_compression(spec, config))
 
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
@@ -289,7 +292,7 @@ def build_compiled(config: Config, data: DataSpec, strategy: tf.distribute.Strat
     with precision.policy(config.train.precision), strategy.scope():
         model = build_model(config.model, data, config.train.loop, list(plan.stage_devices) or None,
                             plan.micro_batches, plan.pipelined)
-        compile_model(model, config.train, plan.schedule(),
+        compile_model(model, config.train, plan.schedule(), plan.compression,
                       **({"pss_evaluation_shards": plan.shards} if plan.shards else {}))
     return model
 

@@ -21,6 +21,7 @@ from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import create_optimizer_slots, runs_steps_in_one_function, train_function_reading_metrics_last, untracked
 from tfdist.train.architectures import layer_stack, weighted
 from tfdist.train.checks import too_few_layers
+from tfdist.train.compression import compress_gradients
 from tfdist.train.precision import policy
 
 #: Each optimizer twice: tf_keras's original ("legacy") one, whose update is one fused
@@ -286,7 +287,8 @@ def accumulate_micro_batches(piece_loss: Callable[[tf.Tensor, tf.Tensor], tuple[
     return accumulated, outputs
 
 
-def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, **options: Any) -> None:
+def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, compression: str = "none",
+                  **options: Any) -> None:
     """Attach optimizer, loss and accuracy; also inside ``strategy.scope()``.
 
     ``learning_rate`` is a float or a Keras learning-rate schedule; ``options``
@@ -294,10 +296,13 @@ def compile_model(model: keras.Model, config: TrainConfig, learning_rate: Any, *
     the optimizer's own, so both loops clip the same way: after the replicas'
     gradients are combined and, under loss scaling, unscaled. Under a
     mixed_float16 policy ``compile`` wraps the optimizer in a LossScaleOptimizer.
+    ``compression``: the dtype the replicas' gradients are all-reduced in
+    (:mod:`tfdist.train.compression`; ``none``: their own).
     """
     fused, general = _OPTIMIZERS[config.optimizer]
     optimizer = (fused if config.clip.method == "none" else general)(learning_rate=learning_rate,
                                                                      **clip_options(config.clip))
+    compress_gradients(optimizer, compression)
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(),

@@ -31,6 +31,8 @@ from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.placement import device_of
 from tfdist.distribute.registry import StrategySpec
 from tfdist.tf_imports import keras, tf
+from tfdist.train.checks import applied_compression
+from tfdist.train.collectives import gradient_bytes
 from tfdist.train.models import accumulate_micro_batches
 
 #: Timed repetitions of each stage and of the whole pipelined step (after warm-up), median taken.
@@ -67,7 +69,7 @@ def step_costs(config: Config, data: DataSpec, spec: StrategySpec, info: Strateg
     """The costs of a trained ``model`` (of ``data``'s images) under ``spec``; measures the bubble of a layer split."""
     variables = model.trainable_variables
     total = sum(int(np.prod(v.shape)) for v in variables)
-    nbytes = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
+    nbytes = gradient_bytes(model, applied_compression(spec, config))
     devices = max(1, info.replicas if spec.communication in ("reduce_to_one", "central") else info.workers)
     moved = {
         "none": 0,

@@ -37,6 +37,7 @@ from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import configure_collective_coordination
 from tfdist.train import collectives
+from tfdist.train.checks import applied_compression
 from tfdist.train.fit import TrainResult, train_model, weights_digest
 from tfdist.train.resume import RunBackup, open_backup, run_key
 from tfdist.train.server import serve_profiler
@@ -125,8 +126,8 @@ class TaskRun:
                                  record_backup=record_backup)
             if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
                 return result
-            costs = collectives.calibrate(self.strategy, gradient_bytes=collectives.gradient_bytes(result.model),
-                                              workers=self.info.workers)
+            sent = collectives.gradient_bytes(result.model, applied_compression(self.spec, self.config))
+            costs = collectives.calibrate(self.strategy, gradient_bytes=sent, workers=self.info.workers)
         log.info("%s: all-reduce between %d workers: %.3f ms latency, %.2f ns per byte", self.name, costs.workers,
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)

@@ -137,6 +137,21 @@ def test_the_projection_is_the_measured_compute_plus_a_ring_all_reduce_on_the_na
     assert "Not projected: mirrored (one machine's devices" in advice
 
 
+@pytest.mark.parametrize(("sps", "sent", "says"), [
+    (5000.0, "none", "On 2 machines the all-reduce would be 39% of its step: sending the gradients in 16 bits halves its "
+                     "bytes (`dvc exp run -S distributed.gradient_compression=bfloat16`"),
+    (5000.0, "bfloat16", "Its gradients crossed the wire as bfloat16 (`distributed.gradient_compression`)"),
+    (500.0, "none", None),  # a 100 ms step: 5 ms of wire is 5% of it, not worth the rounding
+])
+def test_the_advice_suggests_16_bit_gradients_where_the_wire_is_much_of_the_projected_step(sps, sent, says):
+    comparison = projected(1000.0, calibrated_mwms(sps, gradient_compression=sent),
+                           CompareConfig(network_gbit=1.0, network_latency_us=100.0))
+    if says:
+        assert says in comparison.advice.scale
+    else:
+        assert "gradient_compression" not in comparison.advice.scale
+
+
 def test_a_step_cheaper_than_the_latency_never_breaks_even_and_the_advice_says_what_caps_it():
     # normal takes 25 examples in 0.25 ms; every machine adds 2 messages of 0.5 + 0.05 ms to each step
     comparison = projected(100_000.0, calibrated_mwms(20_000.0))

@@ -24,6 +24,9 @@ _NOISE = 0.10
 _REPEATS_WORTH_SUGGESTING = 10
 # Test accuracy lost (points) past which the advice says so.
 _ACCURACY_LOSS_POINTS = 1.0
+# The all-reduce's share of a step projected on 2 machines past which the advice suggests sending gradients
+# in 16 bits: halving the bytes can then cut the step by more than the noise between runs.
+_WIRE_SHARE_TO_COMPRESS = 0.25
 #: Machine counts the projection shows.
 PROJECTED_MACHINES = (2, 4, 8, 16)
 #: How far the projection was checked: where, not one session's figures (the docs hold those, with their machine).
@@ -133,7 +136,8 @@ def _to_target(best: RunRow, normal: RunRow, others: list[RunRow]) -> str:
                 key=lambda row: row.seconds_to_target or 0.0)
     if decision(best) == decision(best, "time_to_accuracy_speedup") and first is best:
         return ""
-    text = (f"To {target}, {best.name} took {best.epochs_to_target} epochs and "
+    epochs = "epoch" if best.epochs_to_target == 1 else "epochs"
+    text = (f"To {target}, {best.name} took {best.epochs_to_target} {epochs} and "
             f"{best.seconds_to_target:.1f} s against normal training's {normal.epochs_to_target} and "
             f"{normal.seconds_to_target:.1f} s ({stated(best, 'time_to_accuracy_speedup')} in time to accuracy"
             f"{', within noise' if decision(best, 'time_to_accuracy_speedup') == 'within' else ''})")
@@ -280,7 +284,24 @@ def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Ne
     if p.speedup_low:
         verdict_text += (" In brackets, the 95% band the spread of its measured terms gives (the steady epochs, "
                          "the all-reduce probes' calls).")
-    return rests + verdict_text + " " + CHECKED + left_out
+    row = next((row for row in rows if row.name == p.name), None)
+    compression = _compression_advice(p, row.report.gradient_compression) if row else ""
+    return rests + verdict_text + compression + " " + CHECKED + left_out
+
+
+def _compression_advice(p: Projection, sent: str) -> str:
+    """Whether its gradients crossed in 16 bits, or would gain by it: the wire's share of the step on 2 machines."""
+    if sent != "none":
+        return (f" Its gradients crossed the wire as {sent} (`distributed.gradient_compression`): the bytes above are "
+                "half float32's.")
+    two = p.step_on_network_ms.get("2")
+    wire = 1 - p.compute_ms / two if two else 0.0
+    if wire < _WIRE_SHARE_TO_COMPRESS:
+        return ""
+    return (f" On 2 machines the all-reduce would be {wire:.0%} of its step: sending the gradients in 16 bits halves "
+            "its bytes (`dvc exp run -S distributed.gradient_compression=bfloat16`, Horovod's fp16 compression; "
+            "bfloat16 keeps float32's range, float16 more of its digits; docs/performance/machines.md has what each "
+            "gave here).")
 
 
 def _precision_advice(rows: list[RunRow], support: dict[str, PrecisionSupport]) -> str:

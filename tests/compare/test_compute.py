@@ -139,7 +139,8 @@ def test_the_projection_is_the_measured_compute_plus_a_ring_all_reduce_on_the_na
 
 @pytest.mark.parametrize(("sps", "sent", "says"), [
     (5000.0, "none", "On 2 machines the all-reduce would be 39% of its step: sending the gradients in 16 bits halves its "
-                     "bytes (`dvc exp run -S distributed.gradient_compression=bfloat16`"),
+                     "bytes (`dvc exp run -S 'distributed.strategies=[multi_worker_mirrored]' -S "
+                     "distributed.gradient_compression=bfloat16`"),
     (5000.0, "bfloat16", "Its gradients crossed the wire as bfloat16 (`distributed.gradient_compression`)"),
     (500.0, "none", None),  # a 100 ms step: 5 ms of wire is 5% of it, not worth the rounding
 ])

@@ -299,9 +299,10 @@ def _compression_advice(p: Projection, sent: str) -> str:
     if wire < _WIRE_SHARE_TO_COMPRESS:
         return ""
     return (f" On 2 machines the all-reduce would be {wire:.0%} of its step: sending the gradients in 16 bits halves "
-            "its bytes (`dvc exp run -S distributed.gradient_compression=bfloat16`, Horovod's fp16 compression; "
-            "bfloat16 keeps float32's range, float16 more of its digits; docs/performance/machines.md has what each "
-            "gave here).")
+            f"its bytes (`dvc exp run -S 'distributed.strategies=[{p.name}]' -S "
+            "distributed.gradient_compression=bfloat16`: Horovod's fp16 compression, for the runs that all-reduce "
+            "between processes; bfloat16 keeps float32's range, float16 more of its digits; "
+            "docs/performance/machines.md has what each gave here).")
 
 
 def _precision_advice(rows: list[RunRow], support: dict[str, PrecisionSupport]) -> str:

@@ -158,6 +158,10 @@ def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[st
             measured_link = hosts.measure_ring(machines)
             mwms = cluster_run(hosts, machines, root, data, f"{tag}-{link}", clustered)
             tta = time_to_accuracy(mwms["history"], TARGETS[model])
+            costs = mwms["collectives"]
+            if costs.get("compute_seconds") is not None:  # the step's parts, as the cluster's own report has them
+                found.update({f"{link}_compute_ms": 1e3 * costs["compute_seconds"],
+                              f"{link}_all_reduce_ms": 1e3 * costs["large_seconds"]})
             found.update({
                 f"{link}_ms": mwms["step_ms"],
                 f"{link}_projected_ms": projected_step_ms(root, normal["name"], calibrated["name"], measured_link, machines),
@@ -178,18 +182,23 @@ def table(result: Result) -> tuple[list[str], list[list[str]]]:
         compression = cell.params.get("compression", "none")
         sent = "" if compression == "none" else f", {compression} gradients"
         rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core", "", spread(cell.values("normal_ms")),
-                     "", "1.00x", f"{median(cell.values('normal_accuracy')):.4f}", ""])
+                     "", "", "1.00x", f"{median(cell.values('normal_accuracy')):.4f}", ""])
         for link in result.options["links"]:
             step, projected = cell.values(f"{link}_ms"), cell.values(f"{link}_projected_ms")
             tta = cell.values(f"{link}_tta")
             error = (median(projected) - median(step)) / median(step)
+            compute, wire = cell.values(f"{link}_compute_ms"), cell.values(f"{link}_all_reduce_ms")
+            parts = (f"{median(compute):.2f} + {median(wire):.2f} + {median(step) - median(compute) - median(wire):.2f}"
+                     if len(compute) == len(cell.rounds) else "")
             rows.append([model, batch, f"{machines} machines, link {link}{sent}",
                          f"{median(cell.values(f'{link}_mbit_per_s')):,.0f} / {median(cell.values(f'{link}_round_trip_us')):.0f}",
-                         spread(step), f"{median(projected):.2f} ({error:+.0%})", spread(cell.values(f"{link}_speed")) + "x",
+                         spread(step), parts, f"{median(projected):.2f} ({error:+.0%})",
+                         spread(cell.values(f"{link}_speed")) + "x",
                          f"{median(cell.values(f'{link}_accuracy')):.4f}",
                          spread(tta) + "x" if len(tta) == len(cell.rounds) else "not reached"])
     return (["model", "per-replica batch", "run", "link Mbit/s / round trip µs (measured, ring loaded)", "ms/step",
-             "projected ms/step (error on the medians)", "speed vs normal", "val accuracy", "time to accuracy vs normal"],
+             "compute + all-reduce + overhead (ms, medians)", "projected ms/step (error on the medians)",
+             "speed vs normal", "val accuracy", "time to accuracy vs normal"],
             rows)
 
 

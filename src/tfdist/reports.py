@@ -90,6 +90,10 @@ class CollectiveCosts:
         seconds_per_byte: what each further byte added.
         small_samples, large_samples: each probe's timings, one per call (their spread is the projection's;
             empty in reports written before they were kept).
+        compute_seconds: one replica's step timed alone in a worker process, without a strategy: the same
+            model, batch, precision and threads, no all-reduce and no distributed input (None in reports
+            written before it was timed). The step less it and the all-reduce is the step's own overhead.
+        compute_samples: its timings, one per call.
     """
 
     workers: int
@@ -101,6 +105,9 @@ class CollectiveCosts:
     seconds_per_byte: float = field(metadata=measure(mlflow="allreduce_ns_per_byte", scale=1e9, better="lower"))
     small_samples: list[float] = field(default_factory=list)
     large_samples: list[float] = field(default_factory=list)
+    compute_seconds: float | None = field(default=None, metadata=measure(mlflow="compute_alone_ms", scale=1e3,
+                                                                          better="lower"))
+    compute_samples: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -100,10 +100,12 @@ def test_run_labels_say_what_differs():
 
 
 def calibrated_mwms(samples_per_second: float, latency: float = 1e-3, per_byte: float = 2e-9,
-                    size: int = 400_000, **fields):
-    """multi_worker_mirrored x2 (batch 25 each) with its all-reduce calibrated between the workers."""
+                    size: int = 400_000, compute: float | None = None, **fields):
+    """multi_worker_mirrored x2 (batch 25 each) with its all-reduce calibrated between the workers (and its step
+    timed alone: ``compute`` seconds)."""
     costs = CollectiveCosts(workers=2, small_bytes=4, small_seconds=latency, large_bytes=size,
-                            large_seconds=latency + per_byte * size, latency_seconds=latency, seconds_per_byte=per_byte)
+                            large_seconds=latency + per_byte * size, latency_seconds=latency, seconds_per_byte=per_byte,
+                            compute_seconds=compute)
     return train_report("multi_worker_mirrored", 20.0, 2, ["/job:worker/task:0", "/job:worker/task:1"], workers=2,
                         steady_samples_per_second=samples_per_second, collectives=costs, **fields)
 
@@ -135,6 +137,18 @@ def test_the_projection_is_the_measured_compute_plus_a_ring_all_reduce_on_the_na
     assert "The projection was checked against runs on 2 and 4 emulated machines" in advice
     assert "beyond 4 machines, and on a real network, it is unchecked" in advice
     assert "Not projected: mirrored (one machine's devices" in advice
+
+
+def test_a_compute_timed_alone_splits_the_rest_of_the_step_into_compute_and_overhead():
+    # the same 10 ms step of which the all-reduce took 1.8 ms; one replica's step alone took 5 ms
+    comparison = projected(1000.0, calibrated_mwms(5000.0, compute=0.005),
+                           CompareConfig(network_gbit=1.0, network_latency_us=100.0))
+    (p,) = comparison.scaling
+    assert (p.compute_ms, p.overhead_ms) == pytest.approx((5.0, 3.2))
+    assert p.step_on_network_ms["2"] == pytest.approx(5.0 + 3.2 + 1.2 + 4.0), "the overhead is paid on every machine"
+    assert ("5.00 ms of compute and 3.20 ms of the strategy's own overhead (its measured 10.00 ms a step, less the "
+            "1.80 ms its all-reduce") in comparison.advice.scale
+    assert "| multi_worker_mirrored | 10.00 | 1.80 | 5.00 | 3.20 |" in render_markdown(comparison)
 
 
 @pytest.mark.parametrize(("sps", "sent", "says"), [

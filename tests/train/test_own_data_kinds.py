@@ -78,3 +78,5 @@ def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts,
     parameters = report["params_per_device"][0]
     assert report["bytes_per_step"] == 2 * (2 - 1) * parameters * 2, "a ring of 2 sends each gradient's 2 bytes twice"
     assert abs(report["collectives"]["large_bytes"] - parameters * 2) < 4, "calibrated at the bytes sent (in float32s)"
+    alone = report["collectives"]["compute_samples"]
+    assert len(alone) == 5 and report["collectives"]["compute_seconds"] == sorted(alone)[2] > 0, "one replica's step timed"

@@ -265,10 +265,16 @@ def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Ne
                 "`multi_worker_mirrored` to `distributed.strategies`." + left_out)
     p = min(projections, key=lambda p: (p.break_even_machines or 1 << 30, -p.ceiling_speedup))
     n = str(PROJECTED_MACHINES[-1])
-    rests = (f"{p.name}'s step is modelled as compute plus a ring all-reduce: {p.compute_ms:.2f} ms of compute "
-             f"(its measured {p.step_ms:.2f} ms a step, less the {p.all_reduce_here_ms:.2f} ms its all-reduce of "
-             f"{_kilobytes(p.gradient_bytes)} of gradients cost between the {p.workers} workers here, as the "
-             f"train stage calibrated it), and per machine 2(N-1) messages and 2(N-1)/N of the bytes on a "
+    split = (f"{p.compute_ms:.2f} ms of compute and {p.overhead_ms:.2f} ms of the strategy's own overhead (its "
+             f"measured {p.step_ms:.2f} ms a step, less the {p.all_reduce_here_ms:.2f} ms its all-reduce of "
+             f"{_kilobytes(p.gradient_bytes)} of gradients cost between the {p.workers} workers here, as the train "
+             "stage calibrated it; the compute timed alone in a worker, the overhead the rest, the same on any number "
+             "of machines)") if p.overhead_ms else (
+             f"{p.compute_ms:.2f} ms of compute (its measured {p.step_ms:.2f} ms a step, less the "
+             f"{p.all_reduce_here_ms:.2f} ms its all-reduce of {_kilobytes(p.gradient_bytes)} of gradients cost "
+             f"between the {p.workers} workers here, as the train stage calibrated it)")
+    rests = (f"{p.name}'s step is modelled as compute, overhead and a ring all-reduce: {split}, and per machine "
+             f"2(N-1) messages and 2(N-1)/N of the bytes on a "
              f"{network.gbit:g} Gbit/s network with {network.latency_us:g} µs latency (`compare.network_gbit`, "
              f"`compare.network_latency_us`).")
     ceiling = (f"however many machines, each adds 2 messages to every step, which caps it at "

@@ -136,12 +136,16 @@ class Network:
 
 @dataclass(frozen=True)
 class Projection:
-    """One all-reducing run projected onto N machines: ``step(N) = compute + ring all-reduce(N)``.
+    """One all-reducing run projected onto N machines: ``step(N) = compute + overhead + ring all-reduce(N)``.
 
     Attributes:
         name: the run.
         workers: the workers its all-reduce was calibrated between.
-        step_ms, all_reduce_here_ms, compute_ms: its measured step, the all-reduce's share of it, the rest.
+        step_ms, all_reduce_here_ms: its measured step, the all-reduce's share of it.
+        compute_ms: one replica's step timed alone in a worker (older reports: the step less the all-reduce).
+        overhead_ms: the rest, neither compute nor the all-reduce: the strategy's own per-step work (its
+            distributed input, host round trips, collective launches, waiting for the slower peer). Projected
+            the same on any number of machines.
         gradient_bytes: what one all-reduce carries.
         normal_step_ms: normal training's step at the same per-replica batch.
         examples_per_machine: examples a worker takes per step.
@@ -174,6 +178,7 @@ class Projection:
     break_even_most: int | None = None
     ceiling_low: float | None = None
     ceiling_high: float | None = None
+    overhead_ms: float = 0.0
 
     def break_even_text(self) -> str:
         """The machines to break even, with the band's range where it has one: ``3 machines (2-5)``; ``never``."""

@@ -267,12 +267,15 @@ def ring_seconds(machines: int, size: int, latency: Any, per_byte: Any, workers:
 
 def projection(rows: list[RunRow], network: Network, most: int = 10_000,
                histories: Mapping[str, list[dict[str, float]]] | None = None) -> list[Projection]:
-    """step(N) = compute + all-reduce(N) for every run that all-reduced across workers, its terms measured here.
+    """step(N) = compute + overhead + all-reduce(N) for every run that all-reduced across workers, measured here.
 
-    The compute of a step is what the run's measured step took beyond its
-    all-reduce between the workers here (the train stage's calibration): the
-    forward and backward pass, the update, the strategy's own work. With N
-    machines, a worker each, the step keeps that compute and pays a ring
+    What the run's measured step took beyond its all-reduce between the workers
+    here (the train stage's calibration) is two terms: the compute, one
+    replica's step timed alone in a worker (forward and backward pass, the
+    update), and the overhead, the rest (the strategy's own per-step work:
+    its distributed input, host round trips, collective launches, waiting for
+    the slower peer; reports without the compute timed count it all as compute).
+    With N machines, a worker each, the step keeps both and pays a ring
     all-reduce of its gradients over ``network``; speed against normal training
     is N workers' examples per step time against normal's. The messages grow
     with N while the bytes per machine level off, so the speed-up rises to a
@@ -312,10 +315,10 @@ def _with_band(projected: Projection, row: RunRow, normal: RunRow, network: Netw
     large = bootstrap_about(calibration.large_samples, calibration.large_seconds, rng)
     per_byte = np.maximum(0.0, (large - small) / (calibration.large_bytes - calibration.small_bytes))
     workers, size, per_machine = calibration.workers, calibration.large_bytes, projected.examples_per_machine
-    compute = np.maximum(0.0, step - ring_seconds(workers, size, small, per_byte, workers, None))
+    rest = np.maximum(0.0, step - ring_seconds(workers, size, small, per_byte, workers, None))  # compute + overhead
 
     def speedups(machines: int) -> np.ndarray:
-        return machines * per_machine / (compute + ring_seconds(machines, size, small, per_byte, workers, network)) / base_speed
+        return machines * per_machine / (rest + ring_seconds(machines, size, small, per_byte, workers, network)) / base_speed
 
     bands = {str(n): band(speedups(n)) for n in PROJECTED_MACHINES}
     ceiling = band(per_machine / ring_seconds(2, 0, small, per_byte, workers, network) / base_speed)
@@ -340,11 +343,14 @@ def _projected(row: RunRow, normal: RunRow, network: Network, most: int) -> Proj
     step = run.global_batch_size / run.steady_samples_per_second
     size = calibration.large_bytes
     here = all_reduce_seconds(calibration.workers, size, calibration, None)
-    compute = max(0.0, step - here)
+    rest = max(0.0, step - here)
+    # compute timed alone where it was (older reports: the whole rest); the overhead, what is neither, a term of its own
+    compute = rest if calibration.compute_seconds is None else min(rest, calibration.compute_seconds)
+    overhead = rest - compute
     per_machine = run.global_batch_size / calibration.workers  # examples a worker takes per step
 
     def step_on_network(machines: int) -> float:
-        return compute + all_reduce_seconds(machines, size, calibration, network)
+        return compute + overhead + all_reduce_seconds(machines, size, calibration, network)
 
     def speedup(machines: int) -> float:
         return machines * per_machine / step_on_network(machines) / base.steady_samples_per_second
@@ -356,6 +362,7 @@ def _projected(row: RunRow, normal: RunRow, network: Network, most: int) -> Proj
         step_ms=1000 * step,
         all_reduce_here_ms=1000 * here,
         compute_ms=1000 * compute,
+        overhead_ms=1000 * overhead,
         gradient_bytes=size,
         normal_step_ms=1000 * base.global_batch_size / base.replicas / base.steady_samples_per_second,
         examples_per_machine=per_machine,

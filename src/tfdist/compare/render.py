@@ -139,15 +139,16 @@ def _table(table: Table, rows: list[RunRow]) -> Block:
 
 def _scaling_table(projections: list[Projection]) -> Block:
     counts = list(projections[0].projected_speedup)
-    headers = ["run", "step here (ms)", "all-reduce here (ms)", "compute (ms)", "to break even",
+    headers = ["run", "step here (ms)", "all-reduce here (ms)", "compute (ms)", "overhead (ms)", "to break even",
                *[f"speed-up with {n}" for n in counts], "ceiling"]
     rows = [
-        [p.name, f"{p.step_ms:.2f}", f"{p.all_reduce_here_ms:.2f}", f"{p.compute_ms:.2f}", p.break_even_text(),
-         *[banded(p.projected_speedup[n], p.speedup_low.get(n), p.speedup_high.get(n)) for n in counts],
+        [p.name, f"{p.step_ms:.2f}", f"{p.all_reduce_here_ms:.2f}", f"{p.compute_ms:.2f}", f"{p.overhead_ms:.2f}",
+         p.break_even_text(), *[banded(p.projected_speedup[n], p.speedup_low.get(n), p.speedup_high.get(n))
+                                for n in counts],
          banded(p.ceiling_speedup, p.ceiling_low, p.ceiling_high)]
         for p in projections
     ]
-    return ("table", headers, [False, True, True, True, True, *[True] * len(counts), True], rows)
+    return ("table", headers, [False, True, True, True, True, True, *[True] * len(counts), True], rows)
 
 
 def _asynchronous_note(rows: list[RunRow]) -> list[Block]:

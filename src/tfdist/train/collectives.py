@@ -1,10 +1,13 @@
-"""What an all-reduce costs between this cluster's workers: the calibration the compare stage projects from.
+"""What an all-reduce costs between this cluster's workers, and a step without it: the calibration the compare
+stage projects from.
 
 Two probes, each all-reduced many times inside one ``tf.function`` as ``fit``
 runs its steps: a 4-byte tensor (what any all-reduce pays, whatever it
 carries: the latency) and a tensor the size of the model's gradients (what
 the bytes add). Every worker runs it together, after training, through the
 strategy that trained: the same ring, the same processes, the same cores.
+Then each times one replica's step alone (:func:`tfdist.train.fit.step_alone`):
+the compute, so that what is neither compute nor the all-reduce shows.
 """
 
 from __future__ import annotations
@@ -67,17 +70,20 @@ def time_all_reduce(strategy: tf.distribute.Strategy, *, elements: int, steps: i
 
 
 def calibrate(strategy: tf.distribute.Strategy, *, gradient_bytes: int, workers: int, steps: int = 20,
-              repeats: int = 5) -> CollectiveCosts:
-    """Time the two probes between the workers (every worker must call this, as it does ``fit``)."""
+              repeats: int = 5, step_alone: Callable[[], Any] | None = None, steps_alone: int = 1) -> CollectiveCosts:
+    """Time the two probes between the workers (every worker must call this, as it does ``fit``), then
+    ``step_alone``, a call of which runs ``steps_alone`` steps of one replica without the strategy."""
     large_elements = max(SMALL_ELEMENTS + 1, gradient_bytes // 4)
     small_samples = all_reduce_samples(strategy, elements=SMALL_ELEMENTS, steps=steps, repeats=repeats)
     large_samples = all_reduce_samples(strategy, elements=large_elements, steps=steps, repeats=repeats)
     small, large = statistics.median(small_samples), statistics.median(large_samples)
     small_bytes, large_bytes = 4 * SMALL_ELEMENTS, 4 * large_elements
     per_byte = max(0.0, (large - small) / (large_bytes - small_bytes))
+    alone = step_samples(step_alone, steps_alone, repeats) if step_alone else []
     return CollectiveCosts(workers=workers, small_bytes=small_bytes, small_seconds=small, large_bytes=large_bytes,
                            large_seconds=large, latency_seconds=small, seconds_per_byte=per_byte,
-                           small_samples=small_samples, large_samples=large_samples)
+                           small_samples=small_samples, large_samples=large_samples,
+                           compute_seconds=statistics.median(alone) if alone else None, compute_samples=alone)
 
 
 def gradient_bytes(model: Any, compression: str = "none") -> int:

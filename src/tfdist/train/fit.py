@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 
 from tfdist import atomic
 from tfdist.config import Config, TrainConfig
-from tfdist.data.prepared import DataSpec, Split
+from tfdist.data.prepared import DataSpec, Split, scaled
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
@@ -295,6 +296,26 @@ def build_compiled(config: Config, data: DataSpec, strategy: tf.distribute.Strat
         compile_model(model, config.train, plan.schedule(), plan.compression,
                       **({"pss_evaluation_shards": plan.shards} if plan.shards else {}))
     return model
+
+
+#: Steps of one replica a call of :func:`step_alone` runs: enough to amortise the call, few enough at batch 256.
+STEPS_ALONE = 10
+
+
+def step_alone(config: Config, data: DataSpec, train: Split) -> Callable[[], Any]:
+    """A call running :data:`STEPS_ALONE` steps of one replica with no strategy: a fresh model of ``config``,
+    compiled as ``fit`` compiles it, on one per-replica batch of ``train`` held in memory.
+
+    What a synchronous worker's step costs without its all-reduce and its distributed input, in the same
+    process and on the same threads: the compute part of the step (:func:`tfdist.train.collectives.calibrate`).
+    """
+    batch = train.x[:config.train.batch_size]
+    with precision.policy(config.train.precision):
+        model = build_model(config.model, data, config.train.loop)
+        compile_model(model, replace(config.train, steps_per_execution=STEPS_ALONE), config.train.learning_rate)
+    iterator = iter(tf.data.Dataset.from_tensors((scaled(batch), train.y[:len(batch)])).repeat())
+    function = model.make_train_function()
+    return lambda: function(iterator)
 
 
 def _epochs(history: dict[str, list[float]], epochs: list[int]) -> list[dict[str, float]]:

@@ -38,7 +38,7 @@ from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import configure_collective_coordination
 from tfdist.train import collectives
 from tfdist.train.checks import applied_compression
-from tfdist.train.fit import TrainResult, train_model, weights_digest
+from tfdist.train.fit import STEPS_ALONE, TrainResult, step_alone, train_model, weights_digest
 from tfdist.train.resume import RunBackup, open_backup, run_key
 from tfdist.train.server import serve_profiler
 
@@ -127,7 +127,9 @@ class TaskRun:
             if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
                 return result
             sent = collectives.gradient_bytes(result.model, applied_compression(self.spec, self.config))
-            costs = collectives.calibrate(self.strategy, gradient_bytes=sent, workers=self.info.workers)
+            costs = collectives.calibrate(self.strategy, gradient_bytes=sent, workers=self.info.workers,
+                                          step_alone=step_alone(self.config, self.data, self.train_split),
+                                          steps_alone=STEPS_ALONE)
         log.info("%s: all-reduce between %d workers: %.3f ms latency, %.2f ns per byte", self.name, costs.workers,
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import PREPARED, prepared, step_ms
+from tfdist.data.prepared import SPEC_FILE
 from tfdist.reports import read_history
 
 #: Training digits each run reads: the offline sample tiled, so per-epoch costs weigh as on a larger set.
@@ -58,8 +59,7 @@ def data_folder(root: Path) -> Path:
     folder.mkdir()
     train = prepared("train", ROWS)
     np.savez(folder / "train.npz", x=train.x, y=train.y)
-    for split in ("val", "test", "spec.json"):
-        name = split if split.endswith(".json") else f"{split}.npz"
+    for name in ("val.npz", "test.npz", SPEC_FILE):
         (folder / name).write_bytes((PREPARED / name).read_bytes())
     return folder
 

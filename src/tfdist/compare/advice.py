@@ -265,14 +265,12 @@ def _scale_advice(rows: list[RunRow], projections: list[Projection], network: Ne
                 "`multi_worker_mirrored` to `distributed.strategies`." + left_out)
     p = min(projections, key=lambda p: (p.break_even_machines or 1 << 30, -p.ceiling_speedup))
     n = str(PROJECTED_MACHINES[-1])
-    split = (f"{p.compute_ms:.2f} ms of compute and {p.overhead_ms:.2f} ms of the strategy's own overhead (its "
-             f"measured {p.step_ms:.2f} ms a step, less the {p.all_reduce_here_ms:.2f} ms its all-reduce of "
-             f"{_kilobytes(p.gradient_bytes)} of gradients cost between the {p.workers} workers here, as the train "
-             "stage calibrated it; the compute timed alone in a worker, the overhead the rest, the same on any number "
-             "of machines)") if p.overhead_ms else (
-             f"{p.compute_ms:.2f} ms of compute (its measured {p.step_ms:.2f} ms a step, less the "
-             f"{p.all_reduce_here_ms:.2f} ms its all-reduce of {_kilobytes(p.gradient_bytes)} of gradients cost "
-             f"between the {p.workers} workers here, as the train stage calibrated it)")
+    measured = (f"its measured {p.step_ms:.2f} ms a step, less the {p.all_reduce_here_ms:.2f} ms its all-reduce of "
+                f"{_kilobytes(p.gradient_bytes)} of gradients cost between the {p.workers} workers here, as the train "
+                "stage calibrated it")
+    split = (f"{p.compute_ms:.2f} ms of compute and {p.overhead_ms:.2f} ms of the strategy's own overhead ({measured}; "
+             "the compute timed alone in a worker, the overhead the rest, the same on any number of machines)"
+             if p.overhead_ms else f"{p.compute_ms:.2f} ms of compute ({measured})")
     rests = (f"{p.name}'s step is modelled as compute, overhead and a ring all-reduce: {split}, and per machine "
              f"2(N-1) messages and 2(N-1)/N of the bytes on a "
              f"{network.gbit:g} Gbit/s network with {network.latency_us:g} µs latency (`compare.network_gbit`, "
@@ -301,7 +299,7 @@ def _compression_advice(p: Projection, sent: str) -> str:
         return (f" Its gradients crossed the wire as {sent} (`distributed.gradient_compression`): the bytes above are "
                 "half float32's.")
     two = p.step_on_network_ms.get("2")
-    wire = 1 - p.compute_ms / two if two else 0.0
+    wire = 1 - (p.compute_ms + p.overhead_ms) / two if two else 0.0  # what is not compute or overhead is the wire
     if wire < _WIRE_SHARE_TO_COMPRESS:
         return ""
     return (f" On 2 machines the all-reduce would be {wire:.0%} of its step: sending the gradients in 16 bits halves "

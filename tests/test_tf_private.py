@@ -13,6 +13,7 @@ from tfdist.tf_private import (
     _kept_inputs,
     create_optimizer_slots,
     inputs_kept_alive,
+    one_device_input_options,
     runs_steps_in_one_function,
     tracing_count,
     train_function_reading_metrics_last,
@@ -86,6 +87,28 @@ def test_a_kept_alive_input_is_still_the_distributed_dataset_fit_expects_and_kee
     assert len(history.history["loss"]) == 2
     assert len(_kept_inputs) == before + 1, "fit iterates the endless input once, and that iterator is kept"
     assert _kept_inputs[-1] is not None
+
+
+def test_a_one_device_worker_reads_its_batches_from_a_plain_iterator_in_and_out_of_a_function():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])  # one device, as each CPU worker of multi_worker_mirrored
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return tf.data.Dataset.range(12).batch(context.get_per_replica_batch_size(3)).repeat()
+
+    options = one_device_input_options(strategy)
+    assert options is not None and not options.experimental_fetch_to_device
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn, options))
+    (worker,) = iterator._iterators
+    assert type(worker._iterator).__name__ == "OwnedIterator", "tf.distribute's own iterator, no multi-device copy"
+    assert next(iterator).numpy().tolist() == [0, 1, 2]
+
+    @tf.function
+    def two(iterator):
+        return next(iterator) + strategy.run(lambda batch: batch, args=(next(iterator),))
+
+    assert two(iterator).numpy().tolist() == [3 + 6, 4 + 7, 5 + 8]
+    default = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    assert type(default._iterators[0]._iterator).__name__ == "OwnedMultiDeviceIterator", "other inputs as they were"
 
 
 def test_steps_in_one_function_are_told_from_one_step_a_call():

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tensorflow.python.distribute import input_lib as _input_lib
 from tensorflow.python.eager import context as _eager_context
 from tensorflow.python.util import _pywrap_util_port
 from tf_keras.src.engine import training as _keras_training
@@ -93,6 +94,53 @@ def inputs_kept_alive(strategy: tf.distribute.Strategy, dataset: Any, coordinate
         _kept_classes[base] = type(f"Kept{base.__name__}", (base,), {"__iter__": __iter__})
     distributed.__class__ = _kept_classes[base]
     return distributed
+
+
+def one_device_input_options(strategy: tf.distribute.Strategy) -> Any:
+    """``InputOptions`` under which each worker reads its batches from a plain tf.data iterator, or None.
+
+    tf.distribute (2.21) reads a worker's input through a ``MultiDeviceIterator``
+    even when the worker has one device and ``experimental_fetch_to_device`` is
+    off: a generator dataset that calls a function for every batch, on the
+    worker's one core beside its step (parameter_server's profile:
+    ``InstantiatedCapturedFunction::RunWithBorrowedArgs`` 15-17 % of a worker;
+    docs/performance/machines.md 9d). With one device per worker there is nothing
+    to spread or copy: these options, with the two predicates below taught to
+    honour them, give the worker ``iter(dataset)`` itself. None (tf.distribute's
+    default) where a worker has several devices (GPUs), which need the copy.
+    """
+    if len(strategy.extended.worker_devices) != 1:
+        return None
+    _install_host_input()
+    return tf.distribute.InputOptions(experimental_fetch_to_device=False)
+
+
+def _install_host_input() -> None:
+    """Make tf.distribute read a plain iterator wherever ``experimental_fetch_to_device`` is off (once)."""
+    if getattr(_input_lib, "_tfdist_host_input", False):
+        return
+    uses_multi_device = _input_lib._should_use_multi_device_iterator
+    as_list = _input_lib._SingleWorkerDatasetIteratorBase._format_data_list_with_options
+
+    def multi_device(options: Any) -> bool:
+        return uses_multi_device(options) and (options is None or options.experimental_fetch_to_device)
+
+    def formatted(self: Any, data: Any) -> Any:  # a plain iterator's element is the one device's batch
+        options = self._options
+        return [data] if options is not None and not options.experimental_fetch_to_device else as_list(self, data)
+
+    spec_of = _input_lib.get_iterator_spec_from_dataset
+
+    def iterator_spec(strategy: Any, dataset: Any) -> Any:  # ParameterServer's coordinator drops the options here
+        spec = spec_of(strategy, dataset)
+        if isinstance(spec, _input_lib.DistributedIteratorSpec):
+            spec._options = getattr(dataset, "_options", None)
+        return spec
+
+    _input_lib._should_use_multi_device_iterator = multi_device
+    _input_lib._SingleWorkerDatasetIteratorBase._format_data_list_with_options = formatted
+    _input_lib.get_iterator_spec_from_dataset = iterator_spec
+    _input_lib._tfdist_host_input = True
 
 
 def create_optimizer_slots(optimizer: Any, variables: list[Any]) -> None:

@@ -22,7 +22,7 @@ from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS, CollectiveCosts
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import inputs_kept_alive, tracing_count
+from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.checks import applied_compression
@@ -250,10 +250,11 @@ class FitPlan:
         """
         if self.asynchronous:
             return keras.utils.experimental.DatasetCreator(
-                make_dataset_fn(train, self.global_batch, seed=seed, own_order=True))
+                make_dataset_fn(train, self.global_batch, seed=seed, own_order=True),
+                input_options=one_device_input_options(strategy))
         if self.workers > 1:  # each worker reads only its shard
             return strategy.distribute_datasets_from_function(
-                make_dataset_fn(train, self.global_batch, seed=seed, skip=skip))
+                make_dataset_fn(train, self.global_batch, seed=seed, skip=skip), one_device_input_options(strategy))
         return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True, skip=skip)
 
     def val_input(self, val: Split) -> Any:

@@ -6,12 +6,22 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help install browser-deps postgres slurm repro test test-fast lint lock ui server s3 push pull experiments plots clean
+.PHONY: help install allocator browser-deps postgres slurm repro test test-fast lint lock ui server s3 push pull experiments plots clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-install: $(VENV)/.installed vega/offline.html ## Create .venv and install tfdist with its dev extras, and the offline plots template
+install: $(VENV)/.installed vega/offline.html allocator ## Create .venv and install tfdist with its dev extras, the offline plots template and jemalloc
+
+# jemalloc for the training processes (runtime.allocator: auto; docs/performance/machines.md 9d): glibc's malloc
+# faults TensorFlow's exchange buffers in again every step. Optional: without root or sudo, or offline, training
+# runs with glibc's malloc, only slower.
+allocator: ## Install Debian's libjemalloc2 for the training processes, if it is missing (root or sudo; optional)
+	@/sbin/ldconfig -p | grep -q libjemalloc.so.2 || { \
+	  echo "installing Debian's libjemalloc2 for the training processes (runtime.allocator)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libjemalloc2 >/dev/null; } \
+	  || echo "warning: libjemalloc2 not installed; training runs with glibc's malloc (runtime.allocator: auto)"; }
 
 # Every package at the version uv.lock pins (hashes checked): the environment the tests ran on.
 # Extras: dev (tests, lint), postgres (a PostgreSQL tracking store), auth (MLflow's basic-auth server), ray (Ray launcher), s3 (DVC remote and MLflow artifacts on S3).

@@ -12,6 +12,7 @@ from tfdist.atomic import check_writable
 from tfdist.config import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.reports import RunPaths
+from tfdist.runtime import run_under_allocator
 from tfdist.train.stage import train
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
@@ -41,6 +42,8 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
     with stage_errors():
         name = check_run_name(name)
         config = load_config(params_path, overrides)
+        if __name__ == "__main__":  # a stage process (not a test calling main): it may start itself again, first
+            run_under_allocator(config.runtime.allocator)
         launch = [
             *command(params_path, overrides), "--strategy", strategy, "--name", name, "--data", str(data_dir),
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),

@@ -1,12 +1,14 @@
 """TensorFlow's runtime as a process sets it up: oneDNN as runtime.onednn says; a server loads TensorFlow without tf_keras."""
 
+import ctypes.util
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tfdist.runtime import onednn_enabled
+from tfdist.errors import InputError
+from tfdist.runtime import allocator_library, onednn_enabled
 
 from helpers.project import REPO, tiny_params
 
@@ -71,3 +73,30 @@ def test_auto_onednn_is_on_for_bfloat16_whatever_the_model():
     assert onednn_enabled("auto", "mlp", "mixed_bfloat16") is True
     assert onednn_enabled("auto", "mlp", "mixed_float16") is False
     assert onednn_enabled("disabled", "mlp", "mixed_bfloat16") is False
+
+
+def test_allocator_auto_takes_jemalloc_then_tcmalloc_then_glibcs_and_a_named_one_missing_is_refused(monkeypatch):
+    installed: set[str] = set()
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: f"lib{name}.so.4" if name in installed else None)
+    assert allocator_library("auto") == ("system", None), "nothing installed: glibc's malloc, no error"
+    assert allocator_library("system") == ("system", None)
+    with pytest.raises(InputError, match="runtime.allocator jemalloc: libjemalloc is not installed here; "
+                                         "install Debian's libjemalloc2"):
+        allocator_library("jemalloc")
+    installed.add("tcmalloc_minimal")
+    assert allocator_library("auto") == ("tcmalloc", "libtcmalloc_minimal.so.4")
+    installed.add("jemalloc")
+    assert allocator_library("auto") == ("jemalloc", "libjemalloc.so.4")
+    assert allocator_library("system") == ("system", None), "system means glibc's even where others are installed"
+
+
+def test_the_allocator_in_use_is_read_from_the_process_itself():
+    found = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],
+                           capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    assert found.stdout.strip() == "system", found.stderr
+    name, library = allocator_library("auto")
+    if library is None:
+        pytest.skip("no jemalloc or tcmalloc installed here (make install installs Debian's libjemalloc2)")
+    preloaded = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],
+                               capture_output=True, text=True, env={**os.environ, "LD_PRELOAD": library})
+    assert preloaded.stdout.strip() == name, preloaded.stderr

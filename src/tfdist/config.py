@@ -42,6 +42,7 @@ ALL_REDUCE = ("auto", "ring", "nccl")
 GRADIENT_COMPRESSIONS = ("none", "float16", "bfloat16")
 LAUNCHERS = ("local", "ray")
 ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: YAML reads those as booleans
+ALLOCATORS = ("auto", "jemalloc", "tcmalloc", "system")
 
 
 #: What a knob decides. ``result``: the trained model or a measured number
@@ -276,11 +277,18 @@ class RuntimeConfig:
             convnet and a user's model, off for the seed MLP, whose numbers then stay comparable
             across runs; and on under ``mixed_bfloat16``, whose fast kernels are oneDNN's
             (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
+        allocator: the C allocator a training process runs with (:func:`tfdist.runtime.run_under_allocator`):
+            ``jemalloc`` or ``tcmalloc`` (preloaded: the stage re-executes itself once, before it
+            does anything), ``system`` (glibc's malloc), or ``auto``: jemalloc, else tcmalloc, where
+            installed (``make install`` installs Debian's libjemalloc2), else glibc's. glibc hands
+            the large buffers of TensorFlow's gRPC exchanges back to the kernel and faults them in
+            again every step (docs/performance/machines.md 9d); the results are the same either way.
     """
 
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)
     inter_op_threads: int = _knob(2, decides=_TRAIN, ge=0)
     onednn: str = _knob("auto", decides=_TRAIN, choices=ONEDNN_SETTINGS)
+    allocator: str = _knob("auto", decides=_TRAIN, choices=ALLOCATORS)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,7 @@ class TrainReport:
             (``MNIST sample (28x28x1, 10 classes)``; "" in older reports).
         gradient_compression: the dtype its gradients crossed the wire in (``none``: their own;
             ``distributed.gradient_compression``, :mod:`tfdist.train.compression`).
+        allocator: the C allocator its process ran with (``runtime.allocator``; ``system`` in older reports).
     """
 
     name: str
@@ -244,6 +245,7 @@ class TrainReport:
     machine: MachineNoise | None = None
     dataset: str = ""
     gradient_compression: str = "none"
+    allocator: str = "system"
 
     @property
     def disturbed(self) -> str:

@@ -22,6 +22,7 @@ from tfdist.data.stage import split_raw
 from tfdist.distribute.builders import build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.evaluate.stage import evaluate_model
+from tfdist.runtime import allocator_library
 from tfdist.train.fit import train_model
 from tfdist.train.models import export_copy
 
@@ -61,13 +62,16 @@ def test_every_kind_learns_the_users_colour_images(tmp_path, parts, kind, model,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "loop", "compression"), [("mlp", "fit", "float16"), ("cnn", "custom", "bfloat16")])
-def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts, kind, loop, compression):
+@pytest.mark.parametrize(("kind", "loop", "compression", "allocator"),
+                         [("mlp", "fit", "float16", "auto"), ("cnn", "custom", "bfloat16", "system")])
+def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts, kind, loop, compression, allocator):
     """The train stage under multi_worker_mirrored, two local worker processes reading spec.json, not MNIST's shape;
-    their gradients cross in 16 bits (distributed.gradient_compression) under either loop: half the bytes, still learnt."""
+    their gradients cross in 16 bits (distributed.gradient_compression) under either loop: half the bytes, still learnt;
+    the processes run with runtime.allocator's library (the stage started itself again with it preloaded) or glibc's."""
     shutil.copytree(parts, tmp_path / "data" / "prepared")
     tiny_params(tmp_path, model={"kind": kind}, train={"epochs": 3, "batch_size": 16, "loop": loop},
-                distributed={"strategies": ["multi_worker_mirrored"], "gradient_compression": compression})
+                distributed={"strategies": ["multi_worker_mirrored"], "gradient_compression": compression},
+                runtime={"allocator": allocator})
     done = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored"), cwd=REPO, env=local_mode_environment(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -75,6 +79,7 @@ def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts,
     assert report["dataset"] == "parts (16x16x3, 3 classes)" and report["workers"] == 2, report
     assert report["val_accuracy"] > 0.9, f"{kind} on two workers learns the colours: {report['val_accuracy']}"
     assert report["gradient_compression"] == compression and report["run_label"].endswith(f"{compression} gradients")
+    assert report["allocator"] == allocator_library(allocator)[0], "jemalloc where installed (make install), else glibc's"
     parameters = report["params_per_device"][0]
     assert report["bytes_per_step"] == 2 * (2 - 1) * parameters * 2, "a ring of 2 sends each gradient's 2 bytes twice"
     assert abs(report["collectives"]["large_bytes"] - parameters * 2) < 4, "calibrated at the bytes sent (in float32s)"

@@ -35,6 +35,7 @@ from tfdist.reports import (
     write_history,
     write_report,
 )
+from tfdist.runtime import allocator_in_use
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import onednn_in_use
 from tfdist.tracking import experiment, models, runs
@@ -278,7 +279,7 @@ class ChiefRun(TaskRun):
             threads=ThreadSettings(len(usable_cpus()), tf.config.threading.get_intra_op_parallelism_threads(),
                                    tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
             machine=cpu.noise, dataset=self.data.describe(),
-            gradient_compression=applied_compression(self.spec, self.config),
+            gradient_compression=applied_compression(self.spec, self.config), allocator=allocator_in_use(),
         )
 
 

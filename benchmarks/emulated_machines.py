@@ -26,7 +26,8 @@ accuracy against normal training on one machine.
 
 ``--set 'compression=[none, float16]'`` runs each cluster (and its loopback
 calibration) with its gradients sent as each (``distributed.gradient_compression``);
-normal training is never compressed.
+normal training is never compressed. ``--set 'allocator=[system, auto]'`` runs
+every process of a cell (normal training's too) with each ``runtime.allocator``.
 
 Every cell runs ``--rounds`` times (3 by default), the rounds one after another
 so that every cell sees the machine's slow and quiet spells alike; the table
@@ -35,6 +36,7 @@ on the medians. Needs root, iproute2, tc and cgroup v1's cpu controller.
 
     python -m benchmarks emulated_machines [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
         [--set 'machines=[2, 4]'] [--set 'links=[none, 1gbit]'] [--set 'compression=[none, float16]']
+        [--set 'allocator=[system, auto]']
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def projected_step_ms(root: Path, normal: str, calibrated: str, link: dict, mach
 
 
 TITLE = "multi_worker_mirrored on emulated machines against normal training on one of them, and the projection"
-DEFAULTS = {"extra": {"machines": [2, 4], "links": ["none", "1gbit"], "compression": ["none"]}}
+DEFAULTS = {"extra": {"machines": [2, 4], "links": ["none", "1gbit"], "compression": ["none"], "allocator": ["auto"]}}
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
@@ -123,7 +125,8 @@ def cells(options: Options) -> list[dict[str, Any]]:
         raise SystemExit(f"error: --set machines: {unknown} not emulated here; choose from {sorted(CORES_PER_MACHINE)}")
     if unknown := sorted(set(options.models) - set(TARGETS)):
         raise SystemExit(f"error: --models {unknown}: no target accuracy for them; choose from {sorted(TARGETS)}")
-    return grid(options, machines=machines, compression=options.extra["compression"])
+    return grid(options, machines=machines, compression=options.extra["compression"],
+                allocator=options.extra["allocator"])
 
 
 def setup(options: Options) -> Context:
@@ -142,7 +145,8 @@ def teardown(context: Context) -> None:
 def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[str, float]:
     """Normal training on one machine's share, the loopback calibration, then the cluster over every link."""
     model, machines = cell["model"], cell["machines"]
-    sets = [*model_settings(cell, options), "train.lr_scaling=linear"]  # as a user scaling out: N machines, N x batch
+    sets = [*model_settings(cell, options), "train.lr_scaling=linear",  # as a user scaling out: N machines, N x batch
+            f"runtime.allocator={cell['allocator']}"]
     cores, tag = CORES_PER_MACHINE[machines], f"run{next(context.runs)}"
     root, data, hosts = context.root, context.data, context.hosts
     normal = local_run(root, data, f"{tag}-normal", "default", sets, cpu_share.CpuShare(task_cpus(1)[0], cores))
@@ -181,7 +185,9 @@ def table(result: Result) -> tuple[list[str], list[list[str]]]:
         model, batch, machines = cell.params["model"], str(cell.params["batch"]), cell.params["machines"]
         compression = cell.params.get("compression", "none")
         sent = "" if compression == "none" else f", {compression} gradients"
-        rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core", "", spread(cell.values("normal_ms")),
+        allocator = cell.params.get("allocator", "auto")  # results stored before the axis name none
+        malloc = "" if allocator == "auto" else f", {allocator} malloc"
+        rows.append([model, batch, f"normal, {CORES_PER_MACHINE[machines]:g} core{malloc}", "", spread(cell.values("normal_ms")),
                      "", "", "1.00x", f"{median(cell.values('normal_accuracy')):.4f}", ""])
         for link in result.options["links"]:
             step, projected = cell.values(f"{link}_ms"), cell.values(f"{link}_projected_ms")
@@ -190,7 +196,7 @@ def table(result: Result) -> tuple[list[str], list[list[str]]]:
             compute, wire = cell.values(f"{link}_compute_ms"), cell.values(f"{link}_all_reduce_ms")
             parts = (f"{median(compute):.2f} + {median(wire):.2f} + {median(step) - median(compute) - median(wire):.2f}"
                      if len(compute) == len(cell.rounds) else "")
-            rows.append([model, batch, f"{machines} machines, link {link}{sent}",
+            rows.append([model, batch, f"{machines} machines, link {link}{sent}{malloc}",
                          f"{median(cell.values(f'{link}_mbit_per_s')):,.0f} / {median(cell.values(f'{link}_round_trip_us')):.0f}",
                          spread(step), parts, f"{median(projected):.2f} ({error:+.0%})",
                          spread(cell.values(f"{link}_speed")) + "x",

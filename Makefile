@@ -13,7 +13,7 @@ help: ## List the targets
 
 install: $(VENV)/.installed vega/offline.html allocator ## Create .venv and install tfdist with its dev extras, the offline plots template and jemalloc
 
-# jemalloc for the training processes (runtime.allocator: auto; docs/performance/machines.md 9d): glibc's malloc
+# jemalloc for the training processes (runtime.allocator: auto; docs/performance/parallelism.md 8b): glibc's malloc
 # faults TensorFlow's exchange buffers in again every step. Optional: without root or sudo, or offline, training
 # runs with glibc's malloc, only slower.
 allocator: ## Install Debian's libjemalloc2 for the training processes, if it is missing (root or sudo; optional)

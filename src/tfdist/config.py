@@ -282,7 +282,7 @@ class RuntimeConfig:
             does anything), ``system`` (glibc's malloc), or ``auto``: jemalloc, else tcmalloc, where
             installed (``make install`` installs Debian's libjemalloc2), else glibc's. glibc hands
             the large buffers of TensorFlow's gRPC exchanges back to the kernel and faults them in
-            again every step (docs/performance/machines.md 9d); the results are the same either way.
+            again every step (docs/performance/parallelism.md 8b); the results are the same either way.
     """
 
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)

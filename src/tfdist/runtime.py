@@ -232,7 +232,7 @@ def run_under_allocator(setting: str) -> None:
     starts. Its children (a local cluster's tasks) inherit the preload. glibc's
     malloc returns the large buffers TensorFlow's gRPC exchanges allocate to the
     kernel and faults them in again every step; jemalloc and tcmalloc keep them
-    (docs/performance/machines.md 9d).
+    (docs/performance/parallelism.md 8b).
     """
     name, library = allocator_library(setting)
     if library is None or allocator_in_use() == name:

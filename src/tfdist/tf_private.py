@@ -104,7 +104,7 @@ def one_device_input_options(strategy: tf.distribute.Strategy) -> Any:
     off: a generator dataset that calls a function for every batch, on the
     worker's one core beside its step (parameter_server's profile:
     ``InstantiatedCapturedFunction::RunWithBorrowedArgs`` 15-17 % of a worker;
-    docs/performance/machines.md 9d). With one device per worker there is nothing
+    docs/performance/parallelism.md 8b). With one device per worker there is nothing
     to spread or copy: these options, with the two predicates below taught to
     honour them, give the worker ``iter(dataset)`` itself. None (tf.distribute's
     default) where a worker has several devices (GPUs), which need the copy.

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from tfdist import runtime
 from tfdist.errors import InputError
-from tfdist.runtime import allocator_library, onednn_enabled
+from tfdist.runtime import SERVER_MIN_INTER_OP_THREADS, allocator_library, onednn_enabled, server_config
 
 from helpers.project import REPO, tiny_params
 
@@ -100,3 +101,10 @@ def test_the_allocator_in_use_is_read_from_the_process_itself():
     preloaded = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],
                                capture_output=True, text=True, env={**os.environ, "LD_PRELOAD": library})
     assert preloaded.stdout.strip() == name, preloaded.stderr
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [([3], SERVER_MIN_INTER_OP_THREADS), (list(range(6)), 6)])
+def test_a_server_pinned_to_one_cpu_still_gets_two_inter_op_threads(monkeypatch, cpus, threads):
+    # One thread hung a parameter_server worker pinned to a CPU (tests/cluster/test_multi_process.py runs it pinned).
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: cpus)
+    assert server_config().inter_op_parallelism_threads == threads

@@ -231,11 +231,13 @@ class DistributedConfig:
         heartbeat_timeout: seconds without a heartbeat after which TensorFlow's
             coordination service declares a multi_worker_mirrored task lost and
             every other task stops with that name (:mod:`tfdist.cluster.peer_loss`).
-        pin_tasks: the local launcher pins each multi_worker_mirrored task to a CPU
-            of its own, round-robin over the CPUs the stage may use, as on machines
-            of their own. Unpinned, the tasks' threads share and migrate between
-            the cores, and every step's all-reduce waits longer for the slower
-            task (docs/performance.md). parameter_server's tasks are never pinned.
+        pin_tasks: the local launcher pins each worker to a CPU of its own,
+            round-robin over the CPUs the stage may use, as on machines of their
+            own: every multi_worker_mirrored task, parameter_server's workers (its
+            ps tasks and chief keep every CPU). Unpinned, the tasks' threads share
+            and migrate between the cores, every step's all-reduce waits longer for
+            the slower task, and a parameter_server worker's step is slower
+            (docs/performance.md).
     """
 
     # The default pipeline (the registry's DEFAULT_PIPELINE; tests/distribute/test_registry.py holds them equal).

@@ -189,6 +189,22 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
                         current, (intra_op, inter_op))
 
 
+#: The fewest inter-op threads a cluster server's compute pool gets: a parameter_server worker runs each scheduled
+#: function on that pool while the function's own receives and its dataset's map wait for a thread of the same pool.
+#: With TensorFlow's default there, a thread per CPU the process may use, a worker restricted to one CPU never finished
+#: its first scheduled steps (TF 2.21; docs/performance/parallelism.md, 8c).
+SERVER_MIN_INTER_OP_THREADS = 2
+
+
+def server_config() -> Any:
+    """The session config of a cluster server (``tf.distribute.Server``): TensorFlow's own pools, but never fewer
+    inter-op threads than :data:`SERVER_MIN_INTER_OP_THREADS`, so that a server pinned to one CPU keeps running.
+
+    A server's pools are its own: :func:`configure_threads` sets the process's
+    eager context, which the functions a coordinator sends it do not run in.
+    """
+    inter_op = max(SERVER_MIN_INTER_OP_THREADS, len(usable_cpus()))
+    return tensorflow().compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op)
 
 #: Each allocator ``runtime.allocator`` can preload: the name ``ctypes.util.find_library`` knows it by, and its
 #: Debian package.

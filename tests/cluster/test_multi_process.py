@@ -89,6 +89,10 @@ def test_parameter_server_trains_asynchronously_with_local_workers_and_ps(workdi
     assert (report["workers"], report["ps"], report["synchronous"]) == (2, 1, False)
     assert report["replicas"] == 1 and report["global_batch_size"] == 25, "a step is one worker's batch"
     assert report["collectives"] is None, "no all-reduce across workers to calibrate"
+    if len(os.sched_getaffinity(0)) >= 2:  # each worker on a CPU of its own, and its server keeps two inter-op threads
+        cpus = dict(re.findall(r"started (worker-\d|ps-\d) \(pid \d+(?:, on CPU (\d+))?\)", result.stderr))
+        assert set(cpus) == {"worker-0", "worker-1", "ps-0"}, result.stderr[-3000:]
+        assert cpus["worker-0"] != cpus["worker-1"] and cpus["ps-0"] == "", "the workers pinned, the ps free"
     assert report["learning_rate"] == pytest.approx(0.001) and report["warmup_steps"] == report["steps_per_epoch"]
     assert accuracy_on_test(workdir, "parameter_server") >= 0.8
     run = mlflow_run(workdir, report["mlflow_run_id"])

@@ -15,7 +15,14 @@ import time
 
 from tfdist.config import Config
 from tfdist.distribute.cluster_spec import ClusterTask
-from tfdist.runtime import configure_onednn, configure_threads, op_threads, tensorflow, tensorflow_without_keras
+from tfdist.runtime import (
+    configure_onednn,
+    configure_threads,
+    op_threads,
+    server_config,
+    tensorflow,
+    tensorflow_without_keras,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,7 @@ def serve(task: ClusterTask, config: Config) -> None:
     serve_profiler(task)
     server = tf.distribute.Server(  # noqa: F841  (held: a collected server stops serving)
         tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,
-        protocol="grpc", start=True,
+        protocol="grpc", config=server_config(), start=True,
     )
     log.info("%s serving on %s for the chief", task.name, task.cluster[task.task_type][task.task_index])
     while True:  # not server.join(): a C++ wait in which no Python signal handler, the one above, runs

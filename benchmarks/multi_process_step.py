@@ -7,10 +7,10 @@ yardstick. A step is one synchronous step of the cluster, or under
 parameter_server one worker's step (the compare report's "per worker" step:
 its two workers step at once). The earlier commit (``--set before=REV``, a git
 revision) runs from a worktree of it, with the same interpreter and packages;
-within every cell the two run one after the other, and the harness alternates
-the cells round by round, so both see the same machine. The table gives each
-step against normal training's of the same side and round: the ratio the
-issue's targets are set in.
+within every cell the two run one after the other, each first in turn round by
+round, and the harness alternates the cells round by round, so both see the same
+machine. The table gives each step against normal training's of the same side
+and round: the ratio the issue's targets are set in.
 
     python -m benchmarks multi_process_step [--set before=2b0a98e] [--models mlp] [--batches 25] [--rounds 3]
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ class Context:
     data: Path
     before: Path
     runs: itertools.count = field(default_factory=itertools.count)
+    measured: Counter = field(default_factory=Counter)  # rounds each cell has run: which side goes first
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
@@ -68,7 +70,12 @@ def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[st
     strategy, sets, units = RUNS[cell["run"]]
     sets = [*sets, f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
     found = {}
-    for side, checkout in (("before", context.before), ("now", None)):
+    sides = [("before", context.before), ("now", None)]
+    key = tuple(sorted(cell.items()))
+    if context.measured[key] % 2:  # round by round, each side first in turn: neither always runs on a warmer machine
+        sides.reverse()
+    context.measured[key] += 1
+    for side, checkout in sides:
         name = f"{cell['model']}-b{cell['batch']}-{strategy}-{side}-{next(context.runs)}"
         report = run(context.root, context.data, name, strategy, sets, checkout)
         found[f"{side}_ms"] = units * step_ms(report)

@@ -104,7 +104,9 @@ def test_the_allocator_in_use_is_read_from_the_process_itself():
 
 
 @pytest.mark.parametrize(("cpus", "threads"), [([3], SERVER_MIN_INTER_OP_THREADS), (list(range(6)), 6)])
-def test_a_server_pinned_to_one_cpu_still_gets_two_inter_op_threads(monkeypatch, cpus, threads):
+def test_a_server_pinned_to_one_cpu_still_gets_two_inter_op_threads_and_the_runtime_intra_op_ones(monkeypatch, cpus, threads):
     # One thread hung a parameter_server worker pinned to a CPU (tests/cluster/test_multi_process.py runs it pinned).
     monkeypatch.setattr(runtime, "usable_cpus", lambda: cpus)
-    assert server_config().inter_op_parallelism_threads == threads
+    config = server_config(1)
+    assert config.inter_op_parallelism_threads == threads
+    assert config.intra_op_parallelism_threads == 1, "runtime.intra_op_threads, which a server's pools ignored before"

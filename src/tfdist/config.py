@@ -24,6 +24,7 @@ import yaml
 
 from tfdist.errors import InputError
 from tfdist.model_kinds import DEFAULT_KIND, KINDS
+from tfdist.runtime import ALLOCATOR_LIBRARIES
 
 T = TypeVar("T")
 
@@ -42,7 +43,8 @@ ALL_REDUCE = ("auto", "ring", "nccl")
 GRADIENT_COMPRESSIONS = ("none", "float16", "bfloat16")
 LAUNCHERS = ("local", "ray")
 ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: YAML reads those as booleans
-ALLOCATORS = ("auto", "jemalloc", "tcmalloc", "system")
+#: ``runtime.allocator``: auto, each one runtime knows how to preload, or glibc's own.
+ALLOCATORS = ("auto", *ALLOCATOR_LIBRARIES, "system")
 
 
 #: What a knob decides. ``result``: the trained model or a measured number

@@ -196,15 +196,19 @@ def configure_threads(intra_op: int, inter_op: int) -> None:
 SERVER_MIN_INTER_OP_THREADS = 2
 
 
-def server_config() -> Any:
-    """The session config of a cluster server (``tf.distribute.Server``): TensorFlow's own pools, but never fewer
-    inter-op threads than :data:`SERVER_MIN_INTER_OP_THREADS`, so that a server pinned to one CPU keeps running.
+def server_config(intra_op: int) -> Any:
+    """The session config of a cluster server (``tf.distribute.Server``): ``intra_op`` threads per op (0: TensorFlow's
+    choice), and TensorFlow's inter-op pool but never fewer than :data:`SERVER_MIN_INTER_OP_THREADS` threads, so
+    that a server pinned to one CPU keeps running.
 
     A server's pools are its own: :func:`configure_threads` sets the process's
     eager context, which the functions a coordinator sends it do not run in.
+    The seed MLP's one thread per op on the ps too: a worker's step measured
+    1.13x faster (docs/performance/parallelism.md, 8c).
     """
     inter_op = max(SERVER_MIN_INTER_OP_THREADS, len(usable_cpus()))
-    return tensorflow().compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op)
+    return tensorflow().compat.v1.ConfigProto(intra_op_parallelism_threads=intra_op, inter_op_parallelism_threads=inter_op)
+
 
 #: Each allocator ``runtime.allocator`` can preload: the name ``ctypes.util.find_library`` knows it by, and its
 #: Debian package.

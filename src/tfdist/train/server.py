@@ -61,11 +61,12 @@ def serve(task: ClusterTask, config: Config) -> None:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     configure_onednn(config.runtime.onednn, config.model.kind, config.train.precision)  # a worker runs the steps
     tf = tensorflow_without_keras()
-    configure_threads(*op_threads(config))
+    intra_op, inter_op = op_threads(config)
+    configure_threads(intra_op, inter_op)
     serve_profiler(task)
     server = tf.distribute.Server(  # noqa: F841  (held: a collected server stops serving)
         tf.train.ClusterSpec(dict(task.cluster)), job_name=task.task_type, task_index=task.task_index,
-        protocol="grpc", config=server_config(), start=True,
+        protocol="grpc", config=server_config(intra_op), start=True,
     )
     log.info("%s serving on %s for the chief", task.name, task.cluster[task.task_type][task.task_index])
     while True:  # not server.join(): a C++ wait in which no Python signal handler, the one above, runs

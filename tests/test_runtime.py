@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from tfdist import runtime
+from tfdist.config import ALLOCATORS
 from tfdist.errors import InputError
-from tfdist.runtime import SERVER_MIN_INTER_OP_THREADS, allocator_library, onednn_enabled, server_config
+from tfdist.runtime import ALLOCATOR_LIBRARIES, SERVER_MIN_INTER_OP_THREADS, allocator_library, onednn_enabled, server_config
 
 from helpers.project import REPO, tiny_params
 
@@ -110,3 +111,7 @@ def test_a_server_pinned_to_one_cpu_still_gets_two_inter_op_threads_and_the_runt
     config = server_config(1)
     assert config.inter_op_parallelism_threads == threads
     assert config.intra_op_parallelism_threads == 1, "runtime.intra_op_threads, which a server's pools ignored before"
+
+
+def test_every_allocator_params_yaml_offers_is_one_runtime_can_preload_and_no_other():
+    assert set(ALLOCATORS) - {"auto", "system"} == set(ALLOCATOR_LIBRARIES)

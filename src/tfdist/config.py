@@ -24,7 +24,6 @@ import yaml
 
 from tfdist.errors import InputError
 from tfdist.model_kinds import DEFAULT_KIND, KINDS
-from tfdist.runtime import ALLOCATOR_LIBRARIES
 
 T = TypeVar("T")
 
@@ -43,8 +42,9 @@ ALL_REDUCE = ("auto", "ring", "nccl")
 GRADIENT_COMPRESSIONS = ("none", "float16", "bfloat16")
 LAUNCHERS = ("local", "ray")
 ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: YAML reads those as booleans
-#: ``runtime.allocator``: auto, each one runtime knows how to preload, or glibc's own.
-ALLOCATORS = ("auto", *ALLOCATOR_LIBRARIES, "system")
+#: ``runtime.allocator``: auto, each one :data:`tfdist.runtime.ALLOCATOR_LIBRARIES` preloads, or glibc's own.
+#: Spelled here, not imported: the preprocess stage reads config and must not depend on runtime.
+ALLOCATORS = ("auto", "jemalloc", "tcmalloc", "system")
 
 
 #: What a knob decides. ``result``: the trained model or a measured number

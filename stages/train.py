@@ -43,7 +43,7 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
         name = check_run_name(name)
         config = load_config(params_path, overrides)
         if __name__ == "__main__":  # a stage process (not a test calling main): it may start itself again, first
-            run_under_allocator(config.runtime.allocator)
+            run_under_allocator(config.runtime.allocator, config.model.kind)
         launch = [
             *command(params_path, overrides), "--strategy", strategy, "--name", name, "--data", str(data_dir),
             "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),

@@ -77,26 +77,28 @@ def test_auto_onednn_is_on_for_bfloat16_whatever_the_model():
     assert onednn_enabled("disabled", "mlp", "mixed_bfloat16") is False
 
 
-def test_allocator_auto_takes_jemalloc_then_tcmalloc_then_glibcs_and_a_named_one_missing_is_refused(monkeypatch):
+def test_allocator_auto_takes_jemalloc_then_tcmalloc_then_glibcs_for_the_mlp_glibcs_for_the_convnet(monkeypatch):
     installed: set[str] = set()
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: f"lib{name}.so.4" if name in installed else None)
-    assert allocator_library("auto") == ("system", None), "nothing installed: glibc's malloc, no error"
-    assert allocator_library("system") == ("system", None)
+    assert allocator_library("auto", "mlp") == ("system", None), "nothing installed: glibc's malloc, no error"
+    assert allocator_library("system", "mlp") == ("system", None)
     with pytest.raises(InputError, match="runtime.allocator jemalloc: libjemalloc is not installed here; "
                                          "install Debian's libjemalloc2"):
-        allocator_library("jemalloc")
+        allocator_library("jemalloc", "mlp")
     installed.add("tcmalloc_minimal")
-    assert allocator_library("auto") == ("tcmalloc", "libtcmalloc_minimal.so.4")
+    assert allocator_library("auto", "mlp") == ("tcmalloc", "libtcmalloc_minimal.so.4")
     installed.add("jemalloc")
-    assert allocator_library("auto") == ("jemalloc", "libjemalloc.so.4")
-    assert allocator_library("system") == ("system", None), "system means glibc's even where others are installed"
+    assert allocator_library("auto", "mlp") == ("jemalloc", "libjemalloc.so.4")
+    assert allocator_library("system", "mlp") == ("system", None), "system means glibc's even where others are installed"
+    assert allocator_library("auto", "cnn") == ("system", None), "auto keeps glibc's for the convnet (slower under jemalloc)"
+    assert allocator_library("jemalloc", "cnn") == ("jemalloc", "libjemalloc.so.4"), "named, it is preloaded for any kind"
 
 
 def test_the_allocator_in_use_is_read_from_the_process_itself():
     found = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],
                            capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
     assert found.stdout.strip() == "system", found.stderr
-    name, library = allocator_library("auto")
+    name, library = allocator_library("auto", "mlp")
     if library is None:
         pytest.skip("no jemalloc or tcmalloc installed here (make install installs Debian's libjemalloc2)")
     preloaded = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],

@@ -283,10 +283,12 @@ class RuntimeConfig:
             (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
         allocator: the C allocator a training process runs with (:func:`tfdist.runtime.run_under_allocator`):
             ``jemalloc`` or ``tcmalloc`` (preloaded: the stage re-executes itself once, before it
-            does anything), ``system`` (glibc's malloc), or ``auto``: jemalloc, else tcmalloc, where
-            installed (``make install`` installs Debian's libjemalloc2), else glibc's. glibc hands
-            the large buffers of TensorFlow's gRPC exchanges back to the kernel and faults them in
-            again every step (docs/performance/parallelism.md 8b); the results are the same either way.
+            does anything), ``system`` (glibc's malloc), or ``auto``: as the model kind's record says
+            (:mod:`tfdist.model_kinds`): for the seed MLP jemalloc, else tcmalloc, where installed
+            (``make install`` installs Debian's libjemalloc2), else glibc's; glibc's for the convnet and
+            a user's model. glibc hands the large buffers of TensorFlow's gRPC exchanges back to the
+            kernel and faults them in again every step (docs/performance/parallelism.md 8b), but the
+            convnet's step at batch 256 measured slower under jemalloc (8c); the results are the same.
     """
 
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)

@@ -44,6 +44,9 @@ class ModelKind:
         threads_per_op: what ``runtime.intra_op_threads: auto`` gives a training process: ``one``
             (ops too small to split across cores) or ``share`` (the process's CPUs shared among its replicas).
         onednn: whether ``runtime.onednn: auto`` turns TensorFlow's oneDNN kernels on for it.
+        preloads_allocator: whether ``runtime.allocator: auto`` preloads jemalloc (or tcmalloc) for it, or
+            keeps glibc's malloc (docs/performance/parallelism.md 8b and 8c: faster for the seed MLP's
+            multi-worker step, slower for the convnet's at batch 256).
         takes_builder: whether it is the user's own, built by ``model.builder``.
     """
 
@@ -55,6 +58,7 @@ class ModelKind:
     split_hint: str
     threads_per_op: Literal["one", "share"]
     onednn: bool
+    preloads_allocator: bool
     takes_builder: bool = False
 
 
@@ -62,16 +66,17 @@ KINDS: dict[str, ModelKind] = {kind.name: kind for kind in (
     ModelKind("mlp", "the seed MLP: the flat pixels -> Dense(relu) per model.hidden_units -> Dropout -> Dense(K, softmax)",
               layers="mlp_layers", weighted_layers=lambda model: len(model.hidden_units) + 1,
               weighted_words=lambda model: f"model.hidden_units {model.hidden_units} and the output",
-              split_hint=" or add hidden layers", threads_per_op="one", onednn=False),
+              split_hint=" or add hidden layers", threads_per_op="one", onednn=False,
+              preloads_allocator=True),
     ModelKind("cnn", "Keras's Simple MNIST convnet: Conv2D(32, 3) -> MaxPool -> Conv2D(64, 3) -> MaxPool -> Flatten "
                      "-> Dropout -> Dense(K, softmax)",
               layers="cnn_layers", weighted_layers=lambda model: 3,
               weighted_words=lambda model: "two convolutions and the output", split_hint="", threads_per_op="share",
-              onednn=True),
+              onednn=True, preloads_allocator=False),
     ModelKind("builder", "the user's own model: model.builder names package.module:function",
               layers="user_layers", weighted_layers=lambda model: None,
               weighted_words=lambda model: f"model.builder {model.builder}: a Sequential is its layers, any other model one",
-              split_hint="", threads_per_op="share", onednn=True, takes_builder=True),
+              split_hint="", threads_per_op="share", onednn=True, preloads_allocator=False, takes_builder=True),
 )}
 #: ``model.kind``'s default: the seed's model.
 DEFAULT_KIND = next(iter(KINDS))

@@ -217,13 +217,14 @@ ALLOCATOR_LIBRARIES = {"jemalloc": ("jemalloc", "libjemalloc2"), "tcmalloc": ("t
 _REEXECUTED = "TFDIST_ALLOCATOR_PRELOADED"
 
 
-def allocator_library(setting: str) -> tuple[str, str | None]:
-    """The allocator ``runtime.allocator`` resolves to here, and the library to preload (None: glibc's malloc).
+def allocator_library(setting: str, kind: str) -> tuple[str, str | None]:
+    """The allocator ``runtime.allocator`` resolves to here for model ``kind``, and the library to preload (None:
+    glibc's malloc). ``auto`` preloads one only for a kind whose record says it gains (``preloads_allocator``).
 
     Raises:
         InputError: a named allocator that is not installed.
     """
-    if setting == "system":
+    if setting == "system" or (setting == "auto" and not model_kind_of(kind).preloads_allocator):
         return "system", None
     for name in (ALLOCATOR_LIBRARIES if setting == "auto" else (setting,)):
         soname, package = ALLOCATOR_LIBRARIES[name]
@@ -244,8 +245,9 @@ def allocator_in_use() -> str:
     return next((name for name, (soname, _) in ALLOCATOR_LIBRARIES.items() if f"lib{soname}" in maps), "system")
 
 
-def run_under_allocator(setting: str) -> None:
-    """Re-execute this process with ``runtime.allocator``'s library preloaded, unless it runs with it already.
+def run_under_allocator(setting: str, kind: str) -> None:
+    """Re-execute this process with ``runtime.allocator``'s library for model ``kind`` preloaded, unless it runs
+    with it already.
 
     A training process calls it before it does anything else (no file written,
     TensorFlow not loaded): ``LD_PRELOAD`` only takes effect when a program
@@ -254,7 +256,7 @@ def run_under_allocator(setting: str) -> None:
     kernel and faults them in again every step; jemalloc and tcmalloc keep them
     (docs/performance/parallelism.md 8b).
     """
-    name, library = allocator_library(setting)
+    name, library = allocator_library(setting, kind)
     if library is None or allocator_in_use() == name:
         return
     if os.environ.get(_REEXECUTED):

@@ -79,7 +79,7 @@ def test_two_workers_train_each_kind_on_the_users_colour_images(tmp_path, parts,
     assert report["dataset"] == "parts (16x16x3, 3 classes)" and report["workers"] == 2, report
     assert report["val_accuracy"] > 0.9, f"{kind} on two workers learns the colours: {report['val_accuracy']}"
     assert report["gradient_compression"] == compression and report["run_label"].endswith(f"{compression} gradients")
-    assert report["allocator"] == allocator_library(allocator)[0], "jemalloc where installed (make install), else glibc's"
+    assert report["allocator"] == allocator_library(allocator, kind)[0], "jemalloc where installed (make install), else glibc's"
     parameters = report["params_per_device"][0]
     assert report["bytes_per_step"] == 2 * (2 - 1) * parameters * 2, "a ring of 2 sends each gradient's 2 bytes twice"
     assert abs(report["collectives"]["large_bytes"] - parameters * 2) < 4, "calibrated at the bytes sent (in float32s)"

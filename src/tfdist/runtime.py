@@ -204,7 +204,7 @@ def server_config(intra_op: int) -> Any:
     A server's pools are its own: :func:`configure_threads` sets the process's
     eager context, which the functions a coordinator sends it do not run in.
     The seed MLP's one thread per op on the ps too: a worker's step measured
-    1.13x faster (docs/performance/parallelism.md, 8c).
+    faster in 5 of 5 alternated rounds (docs/performance/parallelism.md, 8c).
     """
     inter_op = max(SERVER_MIN_INTER_OP_THREADS, len(usable_cpus()))
     return tensorflow().compat.v1.ConfigProto(intra_op_parallelism_threads=intra_op, inter_op_parallelism_threads=inter_op)

@@ -151,8 +151,8 @@ def _pinned(spec: StrategySpec, distributed: DistributedConfig, tasks: Sequence[
     Each worker then has a core of its own, as on a machine of its own: a
     synchronous cluster's every task (multi_worker_mirrored), a coordinated
     one's workers (parameter_server). Its ps tasks, which serve every worker,
-    and its chief, this process, keep every CPU: pinned, the workers' step
-    measured 1.36x faster (docs/performance/parallelism.md, 8c).
+    and its chief, this process, keep every CPU: pinned, a worker's step
+    measured faster in every alternated round (docs/performance/parallelism.md, 8c).
     """
     if not distributed.pin_tasks:
         return {}

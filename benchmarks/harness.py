@@ -39,7 +39,7 @@ from tfdist.hardware import steal_seconds
 
 PACKAGE = Path(__file__).parent
 #: Modules of this package that are not benchmarks.
-NOT_BENCHMARKS = {"__init__", "__main__", "harness", "results", "docs", "common", "procfs", "stage"}
+NOT_BENCHMARKS = {"__init__", "__main__", "harness", "results", "docs", "common", "procfs", "stage", "traces"}
 
 
 class Unsupported(Exception):

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.stage import data_folder, stage_command  # noqa: E402
+from benchmarks.traces import capture, host_events  # noqa: E402
 from tfdist.cluster.ports import free_ports  # noqa: E402
 from tfdist.train.server import PROFILER_PORT_ENV, profiler_order  # noqa: E402
 
@@ -33,31 +34,15 @@ COUNTS = {"chief": 1, "ps": 1, "worker": 2}
 TASKS = [f"{job}-{index}" for job, index in profiler_order(COUNTS)]
 
 
-def capture(ports: list[int], logdir: Path, ms: int) -> None:
-    from tfdist.tf_imports import tf
-
-    addresses = ",".join(f"grpc://127.0.0.1:{port}" for port in ports)
-    tf.profiler.experimental.client.trace(addresses, str(logdir), ms)
-
-
 def summarize(logdir: Path, ms: int, top: int) -> None:
     """Each task's host events summed by name, largest first."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
     for path in sorted(logdir.rglob("*.xplane.pb")):
-        space = xplane_pb2.XSpace()
-        space.ParseFromString(path.read_bytes())
-        for plane in space.planes:
-            if not plane.name.startswith("/host:CPU"):
-                continue
-            names = {key: meta.name for key, meta in plane.event_metadata.items()}
-            totals: collections.Counter[str] = collections.Counter()
-            for line in plane.lines:
-                for event in line.events:
-                    totals[names.get(event.metadata_id, "?")] += event.duration_ps / 1e9  # ms
-            print(f"\n{path.name} ({plane.name}): {len(plane.lines)} threads, top events (ms in {ms} ms, % of it)")
-            for name, total in totals.most_common(top):
-                print(f"  {total:9.1f}  {100 * total / ms:5.1f}%  {name[:110]}")
+        totals: collections.Counter[str] = collections.Counter()
+        for name, start, end in host_events(path):
+            totals[name] += (end - start) / 1e9  # ms
+        print(f"\n{path.name}: top events (ms in {ms} ms, % of it)")
+        for name, total in totals.most_common(top):
+            print(f"  {total:9.1f}  {100 * total / ms:5.1f}%  {name[:110]}")
 
 
 def main() -> None:

@@ -31,6 +31,13 @@ HOLD = textwrap.dedent("""
         sys.exit(1)
     time.sleep(float(sys.argv[2]))
 """)
+#: Prints the ports of a local 2-worker multi_worker_mirrored cluster (TFDIST_PROFILER_PORT comes from the env).
+CLUSTER = textwrap.dedent("""
+    from tfdist.cluster.launcher import cluster_ports, local_cluster
+    from tfdist.config import DistributedConfig
+    from tfdist.distribute.registry import REGISTRY
+    print(*sorted(cluster_ports(local_cluster(REGISTRY["multi_worker_mirrored"], DistributedConfig(workers=2)))))
+""")
 
 
 @pytest.fixture
@@ -45,9 +52,9 @@ def scarce_ports(tmp_path):
         env = {**os.environ, "TMPDIR": str(tmp_path)}  # the book lives in TMPDIR
         processes = []
 
-        def start(count: int, hold: float = 60.0) -> tuple[subprocess.Popen, str]:
-            process = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", HOLD, str(count), str(hold)],
-                                       stdout=subprocess.PIPE, text=True, env=env)
+        def start(count: int, hold: float = 60.0, script: str = HOLD, **more_env: str) -> tuple[subprocess.Popen, str]:
+            process = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", script, str(count), str(hold)],
+                                       stdout=subprocess.PIPE, text=True, env={**env, **more_env})
             processes.append(process)
             return process, process.stdout.readline().strip()
 
@@ -73,3 +80,10 @@ def test_a_second_launch_gets_other_ports_and_a_third_a_clear_error_until_the_fi
     first.wait(timeout=10)
     _, fourth_ports = scarce_ports(2)
     assert set(map(int, fourth_ports.split())) == set(map(int, first_ports.split()))
+
+
+def test_a_local_cluster_leaves_the_ports_its_tasks_serve_the_profiler_on(scarce_ports):
+    # 4 ports in all: the tasks' profilers take 40000 and 40001, so the cluster must take the other two
+    cluster, line = scarce_ports(0, script=CLUSTER, TFDIST_PROFILER_PORT=str(RANGE[0]))
+    assert cluster.wait(timeout=60) == 0
+    assert line == f"{RANGE[0] + 2} {RANGE[0] + 3}"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from tfdist import native_logs
-from tfdist.cluster.ports import LOOPBACK, free_ports, release_ports
+from tfdist.cluster.ports import LOOPBACK, free_ports, profiler_ports, release_ports
 from tfdist.cluster.processes import ProcessGroup, task_cpus
 from tfdist.config import DistributedConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, tasks_of
@@ -48,10 +48,12 @@ def local_cluster(spec: StrategySpec, distributed: DistributedConfig) -> dict[st
 
     Each job has ``distributed.workers`` or ``distributed.ps`` tasks, or one
     (:meth:`~tfdist.distribute.registry.StrategySpec.task_counts`).
-    Its ports are held in the port book until :func:`release_ports`.
+    Its ports are held in the port book until :func:`release_ports`, and are none of those its tasks will serve
+    TensorFlow's profiler on (:data:`~tfdist.cluster.ports.PROFILER_PORT_ENV`).
     """
     sizes = spec.task_counts(distributed.workers, distributed.ps)
-    ports = iter(free_ports(sum(sizes.values())))
+    tasks = sum(sizes.values())
+    ports = iter(free_ports(tasks, avoid=profiler_ports(tasks)))
     return {job: [f"{LOOPBACK}:{next(ports)}" for _ in range(n)] for job, n in sizes.items()}
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from tfdist.atomic import exclusive_lock
@@ -26,10 +26,20 @@ LOOPBACK = "127.0.0.1"
 PORT_BOOK = "tfdist-ports.json"
 #: Probe sockets to try before giving up on finding unheld ports.
 _PORT_TRIES = 200
+#: Set to a port, each cluster task serves TensorFlow's profiler on it plus the task's place in the cluster
+#: (:func:`tfdist.train.server.profiler_order`), for TensorBoard's capture or ``tf.profiler.experimental.client.trace``.
+PROFILER_PORT_ENV = "TFDIST_PROFILER_PORT"
 
 
-def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+def profiler_ports(tasks: int) -> range:
+    """The ports a cluster of ``tasks`` tasks serves TensorFlow's profiler on (:data:`PROFILER_PORT_ENV`), if set."""
+    base = os.environ.get(PROFILER_PORT_ENV, "")
+    return range(int(base), int(base) + tasks) if base.isdigit() else range(0)
+
+
+def free_ports(count: int, host: str = LOOPBACK, avoid: Collection[int] = ()) -> list[int]:
     """``count`` distinct ports free on ``host`` now and held by no other live tfdist launcher; held for this one.
+    None of ``avoid`` (ports the tasks will bind for something else: :func:`profiler_ports`).
 
     The kernel hands a probed port out again as soon as the probe closes, so
     two launches starting at once (``dvc queue start -j 2``) could be given
@@ -43,7 +53,7 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     with _port_book() as book:
         for port in [port for port, pid in book.items() if not _alive(pid)]:
             del book[port]  # its launcher is gone
-        held = {int(port) for port in book}
+        held = {int(port) for port in book} | set(avoid)
         chosen: list[int] = []
         sockets = []
         try:

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 
+from tfdist.cluster.ports import PROFILER_PORT_ENV
 from tfdist.config import Config
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.runtime import (
@@ -26,9 +27,6 @@ from tfdist.runtime import (
 
 log = logging.getLogger(__name__)
 
-#: Set to a port, each cluster task serves TensorFlow's profiler on it plus the task's place in the cluster
-#: (:func:`profiler_order`), for TensorBoard's capture or ``tf.profiler.experimental.client.trace``.
-PROFILER_PORT_ENV = "TFDIST_PROFILER_PORT"
 _profiler_served: list[int] = []  # the port this process serves on, once it does
 
 

@@ -1,0 +1,205 @@
+"""Benchmark: a multi_worker_mirrored step's parts, step by step, from TensorFlow's profiler in both workers.
+
+Runs the train stage for multi_worker_mirrored with 2 workers through the
+local launcher (each pinned to a CPU of its own, on loopback), both serving
+TensorFlow's profiler (``TFDIST_PROFILER_PORT``). From epoch 3 it captures
+``--set ms=...`` of both at once and pairs their gradient all-reduces (the
+two end together), then splits every step of the worker that came last to
+its all-reduce, so that the parts add up to the step:
+
+- compute: its ops' time between its two all-reduces (overlapping ops counted once);
+- between ops: the rest of that time (the executor's hand-offs, the input's next batch);
+- the wire: its all-reduce, which the other was already in;
+
+and beside them what the slower peer cost: how long the earlier worker had
+waited in the all-reduce for the later one. The run's own calibration is set
+beside them: the same step timed alone in the worker (``compute_seconds``) and
+the bare all-reduce probe, so that the table shows how much slower the same ops
+ran inside the strategy's step than alone.
+
+``--set 'settings=["", train.steps_per_execution=1]'`` runs every cell with each (the train stage's
+``--set``, several joined by spaces; "" for none), alternated round by round.
+
+    python -m benchmarks step_parts [--models cnn] [--batches 25 256] [--rounds 3] [--epochs 8] [--set ms=2000]
+        [--set 'settings=["", KEY=VALUE ...]']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import Options, grid
+from benchmarks.results import Cell, Result, median, spread
+from benchmarks.stage import StageRuns, model_settings, report, stage_command
+from benchmarks.traces import capture, host_events
+from tfdist.cluster.ports import free_ports
+from tfdist.train.server import PROFILER_PORT_ENV
+
+TITLE = "A multi_worker_mirrored step's parts, from TensorFlow's profiler in both workers"
+DEFAULTS = {"models": ("cnn",), "epochs": 8, "extra": {"ms": 2000}}
+REPO = Path(__file__).resolve().parent.parent
+WORKERS = 2
+#: Captures tried, an epoch apart, before a run is given up: the profiler client sometimes gets no events.
+CAPTURE_ATTEMPTS = 3
+#: The all-reduces the metrics' results make once a call: not the gradients'.
+_METRIC_REDUCE = "div_no_nan"
+#: The op TensorFlow runs when it did not rewrite a pooling gradient to oneDNN's (``_MklNativeMaxPoolGrad``).
+_EIGEN_POOLING_GRADIENT = ":MaxPoolGrad"
+
+
+def cells(options: Options) -> list[dict[str, Any]]:
+    return grid(options, settings=options.extra.get("settings", [""]))
+
+
+def setup(options: Options) -> StageRuns:
+    return StageRuns.make("step-parts")
+
+
+def gradient_reduces(events: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """The spans of the gradients' all-reduce, one a step: the most frequent collective of the capture."""
+    counts: dict[str, int] = {}
+    for name, _, _ in events:
+        if name.endswith(":CollectiveReduceV2") and _METRIC_REDUCE not in name:
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        raise SystemExit("error: the capture holds no all-reduce of the gradients; capture longer (--set ms=...)")
+    gradients = max(counts, key=lambda name: counts[name])
+    return sorted((start, end) for name, start, end in events if name == gradients)
+
+
+def busy(spans: list[tuple[int, int]], low: int, high: int) -> int:
+    """How much of ``[low, high]`` the ``spans`` cover, each moment once."""
+    covered, reach = 0, low
+    for start, end in spans:
+        start, end = max(start, reach), min(end, high)
+        if end > start:
+            covered += end - start
+            reach = end
+    return covered
+
+
+def _is_op(name: str) -> bool:
+    """Whether a host event is an op's kernel (``node/name:OpType``), not a runtime activity."""
+    return ":" in name and "::" not in name and " " not in name and not name.startswith(":")
+
+
+def step_parts(first: list[tuple[str, int, int]], second: list[tuple[str, int, int]]) -> list[dict[str, float]]:
+    """Each step both workers' traces hold, split (ms): step, compute, between ops, wire, waiting for the peer."""
+    workers = []
+    for events in (first, second):
+        ops = sorted((start, end) for name, start, end in events if _is_op(name) and "Collective" not in name)
+        workers.append((gradient_reduces(events), ops))
+    (reduces_a, _), (reduces_b, _) = workers
+    pairs = [(a, min(reduces_b, key=lambda b: abs(b[1] - a[1]))) for a in reduces_a]  # they end together
+    steps = []
+    for before, now in zip(pairs, pairs[1:], strict=False):
+        later = max((0, 1), key=lambda w: now[w][0])
+        reduces, ops = workers[later]
+        window_start, arrived, end = before[later][1], now[later][0], now[later][1]
+        period = max(now[0][1], now[1][1]) - max(before[0][1], before[1][1])
+        if period <= 0 or arrived <= window_start:
+            continue
+        compute = busy(ops, window_start, arrived)
+        steps.append({"step_ms": period / 1e9, "compute_ms": compute / 1e9,
+                      "between_ops_ms": (arrived - window_start - compute) / 1e9, "wire_ms": (end - arrived) / 1e9,
+                      "waiting_ms": (arrived - now[1 - later][0]) / 1e9})
+    return steps
+
+
+def steady(steps: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The steps within an epoch: those a validation or an epoch's end lands in (over 1.5x the median) left out."""
+    typical = statistics.median(step["step_ms"] for step in steps)
+    return [step for step in steps if step["step_ms"] <= 1.5 * typical]
+
+
+class _Capture(threading.Thread):
+    """One capture of both workers' profilers; ``failed`` says why it took nothing (the client's error)."""
+
+    def __init__(self, ports: list[int], logdir: Path, ms: int):
+        super().__init__(daemon=True)
+        self.args_ = (ports, logdir, ms)
+        self.failed: str | None = None
+
+    def run(self) -> None:
+        try:
+            capture(*self.args_)
+        except RuntimeError as error:  # the profiler client: no worker answered with events
+            self.failed = str(error)
+
+
+def profiled_run(context: StageRuns, sets: list[str], ms: int) -> tuple[Path, str]:
+    """The train stage with both workers serving the profiler, ``ms`` of them captured from epoch 3 (again at the
+    next epochs, up to :data:`CAPTURE_ATTEMPTS` times, when a capture takes nothing)."""
+    name = context.name()
+    base = free_ports(1)[0]
+    logdir = context.root / "profiles" / name
+    env = {**os.environ, PROFILER_PORT_ENV: str(base)}
+    env.pop("TF_CONFIG", None)
+    command = stage_command(context.root, context.data, name, "multi_worker_mirrored",
+                            [*sets, f"distributed.workers={WORKERS}"])
+    attempts: list[_Capture] = []
+    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as stage:
+        assert stage.stdout is not None
+        for line in stage.stdout:
+            epoch = re.search(r"Epoch (\d+)/(\d+)", line)
+            busy_or_done = attempts and (attempts[-1].is_alive() or not attempts[-1].failed)
+            # from epoch 3, and not in the last two: a capture must end before the calibration's all-reduces begin
+            training = epoch and 3 <= int(epoch.group(1)) <= int(epoch.group(2)) - 2
+            if training and not busy_or_done and len(attempts) < CAPTURE_ATTEMPTS:
+                attempts.append(_Capture([base, base + 1], logdir, ms))
+                attempts[-1].start()
+        if attempts:
+            attempts[-1].join(timeout=120)
+    if stage.returncode:
+        raise SystemExit(f"error: the train stage exited {stage.returncode}")
+    if not attempts or attempts[-1].failed:
+        why = attempts[-1].failed if attempts else "the run never reached epoch 3"
+        raise SystemExit(f"error: no capture of {name} took events ({why}); run more epochs (--epochs)")
+    time.sleep(0.5)
+    return logdir, name
+
+
+def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
+    sets = [*model_settings(cell, options), *cell["settings"].split()]
+    logdir, name = profiled_run(context, sets, int(options.extra.get("ms", 2000)))
+    traces = sorted(logdir.rglob("*.xplane.pb"))
+    if len(traces) != WORKERS:
+        raise SystemExit(f"error: captured {len(traces)} of {WORKERS} workers under {logdir}")
+    events = [host_events(trace) for trace in traces]
+    steps = steady(step_parts(*events))
+    if len(steps) < 3:
+        raise SystemExit(f"error: only {len(steps)} steps captured; capture longer (--set ms=...) or more epochs")
+    collectives = report(context.root, name).get("collectives") or {}
+    parts = {key: statistics.median(step[key] for step in steps) for key in steps[0]}
+    fallbacks = sum(any(name.endswith(_EIGEN_POOLING_GRADIENT) for name, _, _ in worker) for worker in events)
+    return {**parts, "steps": float(len(steps)), "eigen_pooling_gradient_workers": float(fallbacks),
+            "compute_alone_ms": 1e3 * (collectives.get("compute_seconds") or 0.0),
+            "probe_ms": 1e3 * (collectives.get("large_seconds") or 0.0)}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    """A row per cell and pooling gradient: the rounds every worker ran oneDNN's, and those one ran Eigen's."""
+    rows = []
+    for c in result.cells:
+        for eigen in (False, True):
+            rounds = [r for r in c.rounds if (r["eigen_pooling_gradient_workers"] > 0) == eigen]
+            if not rounds:
+                continue
+            group = Cell(c.params, rounds)
+            inside, alone = median(group.values("compute_ms")), median(group.values("compute_alone_ms"))
+            rows.append([c.params["model"], str(c.params["batch"]), c.params["settings"],
+                         "Eigen's in a worker" if eigen else "oneDNN's", f"{len(rounds)} of {len(c.rounds)}",
+                         *(spread(group.values(key)) for key in ("step_ms", "compute_ms", "between_ops_ms", "wire_ms",
+                                                                  "waiting_ms", "compute_alone_ms")),
+                         f"{inside / alone:.2f}x" if alone else "", spread(group.values("probe_ms"))])
+    return ["model", "per-replica batch", "settings", "pooling gradient", "rounds", "step (ms)", "compute in it",
+            "between ops", "the wire", "(the earlier worker waited)", "the same step alone",
+            "compute in the step vs alone", "bare all-reduce probe"], rows

@@ -101,7 +101,7 @@ def step_parts(first: list[tuple[str, int, int]], second: list[tuple[str, int, i
     steps = []
     for before, now in zip(pairs, pairs[1:], strict=False):
         later = max((0, 1), key=lambda w: now[w][0])
-        reduces, ops = workers[later]
+        ops = workers[later][1]
         window_start, arrived, end = before[later][1], now[later][0], now[later][1]
         period = max(now[0][1], now[1][1]) - max(before[0][1], before[1][1])
         if period <= 0 or arrived <= window_start:

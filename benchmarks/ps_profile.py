@@ -14,21 +14,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
-import re
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-from benchmarks.stage import data_folder, stage_command  # noqa: E402
-from benchmarks.traces import capture, host_events  # noqa: E402
-from tfdist.cluster.ports import free_ports  # noqa: E402
-from tfdist.train.server import PROFILER_PORT_ENV, profiler_order  # noqa: E402
+from benchmarks.stage import data_folder  # noqa: E402
+from benchmarks.traces import host_events, profiled_stage  # noqa: E402
+from tfdist.train.server import profiler_order  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 #: The local cluster profiled: the coordinating chief, 1 ps, 2 workers, in the order of their profiler ports.
 COUNTS = {"chief": 1, "ps": 1, "worker": 2}
 TASKS = [f"{job}-{index}" for job, index in profiler_order(COUNTS)]
@@ -52,26 +45,10 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tfdist-bench-ps-profile-"))
     data = data_folder(root)
-    base = free_ports(1)[0]
-    ports = [base + i for i in range(len(TASKS))]
-    env = {**os.environ, PROFILER_PORT_ENV: str(base)}
-    env.pop("TF_CONFIG", None)
-    command = stage_command(root, data, "ps", "parameter_server", [
-        "train.epochs=6", f"distributed.workers={COUNTS['worker']}", f"distributed.ps={COUNTS['ps']}"])
-    logdir = root / "profile"
-    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as stage:
-        captured = None
-        for line in stage.stdout:
-            if captured is None and re.search(r"Epoch 3/", line):
-                captured = threading.Thread(target=capture, args=(ports, logdir, args.ms))
-                captured.start()
-                print(f"capturing {args.ms} ms of {', '.join(TASKS)} from epoch 3", file=sys.stderr, flush=True)
-        if captured:
-            captured.join(timeout=120)
-    if stage.returncode:
-        raise SystemExit(f"error: the train stage exited {stage.returncode}")
-    time.sleep(0.5)
+    print(f"capturing {args.ms} ms of {', '.join(TASKS)} from epoch 3", file=sys.stderr, flush=True)
+    logdir = profiled_stage(root, data, "ps", "parameter_server", [
+        "train.epochs=6", f"distributed.workers={COUNTS['worker']}", f"distributed.ps={COUNTS['ps']}"], len(TASKS),
+        args.ms)
     summarize(logdir, args.ms, args.top)
 
 

@@ -26,28 +26,18 @@ ran inside the strategy's step than alone.
 
 from __future__ import annotations
 
-import os
-import re
 import statistics
-import subprocess
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Options, grid
 from benchmarks.results import Cell, Result, median, spread
-from benchmarks.stage import StageRuns, model_settings, report, stage_command
-from benchmarks.traces import capture, host_events
-from tfdist.cluster.ports import free_ports
-from tfdist.train.server import PROFILER_PORT_ENV
+from benchmarks.stage import StageRuns, model_settings, report
+from benchmarks.traces import host_events, profiled_stage
 
 TITLE = "A multi_worker_mirrored step's parts, from TensorFlow's profiler in both workers"
 DEFAULTS = {"models": ("cnn",), "epochs": 8, "extra": {"ms": 2000}}
-REPO = Path(__file__).resolve().parent.parent
 WORKERS = 2
-#: Captures tried, an epoch apart, before a run is given up: the profiler client sometimes gets no events.
-CAPTURE_ATTEMPTS = 3
 #: The all-reduces the metrics' results make once a call: not the gradients'.
 _METRIC_REDUCE = "div_no_nan"
 #: The op TensorFlow runs when it did not rewrite a pooling gradient to oneDNN's (``_MklNativeMaxPoolGrad``).
@@ -119,52 +109,11 @@ def steady(steps: list[dict[str, float]]) -> list[dict[str, float]]:
     return [step for step in steps if step["step_ms"] <= 1.5 * typical]
 
 
-class _Capture(threading.Thread):
-    """One capture of both workers' profilers; ``failed`` says why it took nothing (the client's error)."""
-
-    def __init__(self, ports: list[int], logdir: Path, ms: int):
-        super().__init__(daemon=True)
-        self.args_ = (ports, logdir, ms)
-        self.failed: str | None = None
-
-    def run(self) -> None:
-        try:
-            capture(*self.args_)
-        except RuntimeError as error:  # the profiler client: no worker answered with events
-            self.failed = str(error)
-
-
 def profiled_run(context: StageRuns, sets: list[str], ms: int) -> tuple[Path, str]:
-    """The train stage with both workers serving the profiler, ``ms`` of them captured from epoch 3 (again at the
-    next epochs, up to :data:`CAPTURE_ATTEMPTS` times, when a capture takes nothing)."""
+    """The train stage with both workers serving the profiler, ``ms`` of them captured (:func:`profiled_stage`)."""
     name = context.name()
-    base = free_ports(1)[0]
-    logdir = context.root / "profiles" / name
-    env = {**os.environ, PROFILER_PORT_ENV: str(base)}
-    env.pop("TF_CONFIG", None)
-    command = stage_command(context.root, context.data, name, "multi_worker_mirrored",
-                            [*sets, f"distributed.workers={WORKERS}"])
-    attempts: list[_Capture] = []
-    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as stage:
-        assert stage.stdout is not None
-        for line in stage.stdout:
-            epoch = re.search(r"Epoch (\d+)/(\d+)", line)
-            busy_or_done = attempts and (attempts[-1].is_alive() or not attempts[-1].failed)
-            # from epoch 3, and not in the last two: a capture must end before the calibration's all-reduces begin
-            training = epoch and 3 <= int(epoch.group(1)) <= int(epoch.group(2)) - 2
-            if training and not busy_or_done and len(attempts) < CAPTURE_ATTEMPTS:
-                attempts.append(_Capture([base, base + 1], logdir, ms))
-                attempts[-1].start()
-        if attempts:
-            attempts[-1].join(timeout=120)
-    if stage.returncode:
-        raise SystemExit(f"error: the train stage exited {stage.returncode}")
-    if not attempts or attempts[-1].failed:
-        why = attempts[-1].failed if attempts else "the run never reached epoch 3"
-        raise SystemExit(f"error: no capture of {name} took events ({why}); run more epochs (--epochs)")
-    time.sleep(0.5)
-    return logdir, name
+    sets = [*sets, f"distributed.workers={WORKERS}"]
+    return profiled_stage(context.root, context.data, name, "multi_worker_mirrored", sets, WORKERS, ms), name
 
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:

@@ -11,7 +11,6 @@ Arguments after ``--`` go to ``mlflow server`` as they are.
 from __future__ import annotations
 
 import getpass
-import logging
 import os
 from pathlib import Path
 
@@ -22,9 +21,15 @@ from tfdist.tracking import object_store
 from tfdist.tracking.store import probe_store, redact, store_uri
 from tfdist.workspace import workspace_root
 from tfdist_cli.contract import stage_errors
-from tfdist_cli.serving import LOOPBACK_HOSTS, check_free, exec_mlflow_server
-
-log = logging.getLogger(__name__)
+from tfdist_cli.serving import (
+    WILDCARD_HOSTS,
+    check_free,
+    door_options,
+    door_policy,
+    exec_mlflow_server,
+    owner_address,
+    warn_if_published,
+)
 
 #: What ``make postgres`` creates: a database named tfdist for you, over the local socket (peer auth).
 DEFAULT_STORE = f"postgresql://{getpass.getuser()}@/tfdist?host=/var/run/postgresql"
@@ -44,9 +49,11 @@ AUTH_ENV = ("MLFLOW_FLASK_SERVER_SECRET_KEY", "MLFLOW_AUTH_ADMIN_PASSWORD")
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535), help="Port to serve on.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Server processes.")
 @click.option("--auth", is_flag=True, help="Require MLflow's basic-auth (needs " + " and ".join(AUTH_ENV) + ").")
+@door_options
 @click.argument("mlflow_args", nargs=-1, type=click.UNPROCESSED)
 def server(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: str | None, host: str, port: int,
-         workers: int, auth: bool, mlflow_args: tuple[str, ...]) -> None:
+           workers: int, auth: bool, enabled: tuple[str, ...], allowed_hosts: tuple[str, ...],
+           cors_origins: tuple[str, ...], mlflow_args: tuple[str, ...]) -> None:
     """Serve MLflow for a team: runs in PostgreSQL, artifacts proxied to --artifacts-destination."""
     with stage_errors():
         store = store_uri(backend_store_uri)
@@ -56,9 +63,9 @@ def server(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: 
         missing = [name for name in AUTH_ENV if auth and not os.environ.get(name)]
         if missing:
             raise InputError(f"--auth needs {' and '.join(missing)} in the environment (see docs/teams.md)")
-        if host not in LOOPBACK_HOSTS and not auth:
-            log.warning("serving on %s without --auth: anyone who reaches port %d can read, change and delete runs",
-                        host, port)
+        policy = door_policy(host=host, port=port, enabled=enabled, allowed_hosts=allowed_hosts,
+                             cors_origins=cors_origins)
+        warn_if_published(host, port, authenticated=auth)
         check_free(host, port)
         destination = artifacts_destination
         if destination.startswith("s3://"):  # checked now: the server would take it and fail each upload later
@@ -73,13 +80,13 @@ def server(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: 
         elif "://" not in destination:
             destination = str((workspace_root() / destination).resolve())
             Path(destination).mkdir(parents=True, exist_ok=True)
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        shown = "127.0.0.1" if host in WILDCARD_HOSTS else host
         exec_mlflow_server(
-            ["--backend-store-uri", store, "--serve-artifacts", "--artifacts-destination", destination,
-             "--workers", str(workers)],
-            host, port, "tfdist-basic-auth" if auth else "tfdist",
-            f"MLflow tracking server on {redact(store)}, artifacts in {destination}: http://{shown}:{port}\n"
-            f"point the pipeline at it: dvc exp run -S mlflow.tracking_uri=http://{shown}:{port}",
-            mlflow_args,
+            store=store, options=["--serve-artifacts", "--artifacts-destination", destination, "--workers", str(workers)],
+            host=host, port=port, app="tfdist-basic-auth" if auth else "tfdist", policy=policy,
+            banner=f"MLflow tracking server on {redact(store)}, artifacts in {destination}: "
+                   f"{owner_address(policy, f'http://{shown}:{port}')}\n"
+                   f"point the pipeline at it: dvc exp run -S mlflow.tracking_uri=http://{shown}:{port}",
+            extra=mlflow_args,
         )
 

@@ -22,6 +22,7 @@ from mlflow.server import app as mlflow_app
 from mlflow.server.fastapi_app import create_fastapi_app
 
 from tfdist.tracking.mlflow_private import served_by_uvicorn
+from tfdist.tracking.server_doors import DoorPolicy, ServerDoors
 
 #: The UI's local-storage key for the workflow type (its useLocalStorage hook appends ``_v<version>``).
 WORKFLOW_KEY = "mlflow.workflowType_v1"
@@ -49,11 +50,17 @@ def default_to_training_runs(response: Response) -> Response:
 
 
 def create_app(app: Flask = mlflow_app) -> Any:
-    """MLflow's app with :func:`default_to_training_runs`; wrapped for uvicorn as MLflow's own plugins are."""
+    """MLflow's app with :func:`default_to_training_runs`, behind the doors the CLI chose (:mod:`server_doors`)."""
     app.after_request(default_to_training_runs)
-    if served_by_uvicorn():
-        return create_fastapi_app(app)
-    return app
+    require_uvicorn()
+    return ServerDoors(create_fastapi_app(app), DoorPolicy.from_env())
+
+
+def require_uvicorn() -> None:
+    """Refuse gunicorn and waitress: the doors are ASGI middleware, and MLflow's own checks are off under them."""
+    if not served_by_uvicorn():
+        raise RuntimeError("tfdist's MLflow app guards its doors as an ASGI app: serve it with uvicorn "
+                           "(drop --gunicorn-opts / --waitress-opts)")
 
 
 def create_auth_app(app: Flask = mlflow_app) -> Any:
@@ -66,4 +73,5 @@ def create_auth_app(app: Flask = mlflow_app) -> Any:
     from mlflow.server.auth import create_app as with_basic_auth
 
     app.after_request(default_to_training_runs)
-    return with_basic_auth(app)
+    require_uvicorn()
+    return ServerDoors(with_basic_auth(app), DoorPolicy.from_env())

@@ -41,6 +41,7 @@ ALL_REDUCE = ("auto", "ring", "nccl")
 #: The dtype multi_worker_mirrored's gradients cross the wire in (``distributed.gradient_compression``).
 GRADIENT_COMPRESSIONS = ("none", "float16", "bfloat16")
 LAUNCHERS = ("local", "ray")
+TASK_NETWORKS = ("private", "host")
 ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: YAML reads those as booleans
 #: ``runtime.allocator``: auto, each one :data:`tfdist.runtime.ALLOCATOR_LIBRARIES` preloads, or glibc's own.
 #: Spelled here, not imported: the preprocess stage reads config and must not depend on runtime.
@@ -240,6 +241,12 @@ class DistributedConfig:
             and migrate between the cores, every step's all-reduce waits longer for
             the slower task, and a parameter_server worker's step is slower
             (docs/performance.md).
+        task_network: where the local launcher's tasks listen. ``private``: a network
+            namespace of their own, reachable from no other host or local user (TensorFlow's
+            task servers bind every interface and run any graph sent to them); where this
+            machine cannot give one, they stay on its network with a warning naming their ports.
+            ``host``: on this machine's network on purpose (a profiler attached from outside), with
+            that warning (docs/security.md).
     """
 
     # The default pipeline (the registry's DEFAULT_PIPELINE; tests/distribute/test_registry.py holds them equal).
@@ -258,6 +265,7 @@ class DistributedConfig:
     launcher: str = _knob("local", decides=(), role="operational", choices=LAUNCHERS)
     ray_address: str = _knob("local", decides=(), role="operational")
     pin_tasks: bool = _knob(True, decides=_TRAIN)
+    task_network: str = _knob("private", decides=(), role="operational", choices=TASK_NETWORKS)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from tfdist import native_logs
+from tfdist.cluster import private_network
 from tfdist.cluster.ports import LOOPBACK, free_ports, profiler_ports, release_ports
 from tfdist.cluster.processes import ProcessGroup, task_cpus
 from tfdist.config import DistributedConfig
@@ -44,7 +45,10 @@ def cluster_ports(cluster: Mapping[str, list[str]]) -> list[int]:
 
 
 def local_cluster(spec: StrategySpec, distributed: DistributedConfig) -> dict[str, list[str]]:
-    """A cluster spec on free loopback ports, laid out by the strategy's record (never 0.0.0.0).
+    """A cluster spec on free loopback ports, laid out by the strategy's record.
+
+    TensorFlow's servers bind every interface whatever the spec says: :mod:`private_network` keeps them off the
+    network.
 
     Each job has ``distributed.workers`` or ``distributed.ps`` tasks, or one
     (:meth:`~tfdist.distribute.registry.StrategySpec.task_counts`).
@@ -64,7 +68,7 @@ def describe_cluster(cluster: Mapping[str, list[str]]) -> str:
 
 def launch_local(
     spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
-    coordinate: Callable[[ClusterTask], T], on_stop: Callable[[str], None],
+    coordinate: Callable[[ClusterTask], T], on_stop: Callable[[str], None], outside: Sequence[str] = (),
 ) -> T | None:
     """Run ``spec``'s cluster as local processes, restarting it after a failure per ``distributed.max_restarts``.
 
@@ -76,6 +80,8 @@ def launch_local(
             trains in this process as the chief task and returns the result.
         on_stop: told ``FAILED`` or ``KILLED`` when an attempt ends early, to
             close whatever the stopped chief left open (its MLflow run).
+        outside: URIs the cluster must reach beyond itself (the tracking store, an S3 endpoint): under
+            ``distributed.task_network: private`` they are relayed into its private network, or keep it out.
 
     Returns:
         What ``coordinate`` returned, or None when worker processes trained
@@ -85,9 +91,11 @@ def launch_local(
         RunError: a task failed and no restart is left.
         Interrupted: this process got SIGINT or SIGTERM (never restarted).
     """
+    exposed = _enter_private_network(distributed, command, outside)
     # A coordinating chief's TensorFlow runtime stays bound to the cluster it coordinated: only a new
     # process can start a new one.
-    return restarting(lambda: _attempt(spec, distributed, command, coordinate, on_stop), distributed.max_restarts,
+    return restarting(lambda: _attempt(spec, distributed, command, coordinate, on_stop, exposed),
+                      distributed.max_restarts,
                       restarts_done(), lambda restart: restart_self(command, restart) if spec.launcher_trains else None)
 
 
@@ -116,13 +124,36 @@ def restarting(attempt: Callable[[], T], limit: int, restart: int = 0,
             before_retry(restart)
 
 
+def _enter_private_network(distributed: DistributedConfig, command: Sequence[str], outside: Sequence[str]) -> str | None:
+    """None once this launcher runs in a private network (:mod:`private_network`; it may exec itself there), else why not."""
+    if private_network.inside():
+        private_network.settle_inside()
+        return None
+    if distributed.task_network == "host":
+        return "distributed.task_network is host"
+    addresses = private_network.outside_addresses(outside)
+    reason = private_network.why_not_private(addresses)
+    if reason is None:
+        private_network.run_inside(command, addresses)
+    return reason
+
+
+def warn_open_ports(cluster: Mapping[str, list[str]], reason: str) -> None:
+    """One line naming the task servers' ports the network reaches, and why they are not private."""
+    log.warning("local mode: the task servers listen on every interface, without authentication, on ports %s: "
+                "anyone who reaches this machine can run code in them while it trains (no private network: %s; "
+                "docs/security.md)", ", ".join(map(str, cluster_ports(cluster))), reason)
+
+
 def _attempt(
     spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
-    coordinate: Callable[[ClusterTask], T], on_stop: Callable[[str], None],
+    coordinate: Callable[[ClusterTask], T], on_stop: Callable[[str], None], exposed: str | None = None,
 ) -> T | None:
-    """One attempt: start the tasks, train or wait, stop them all."""
+    """One attempt: start the tasks, train or wait, stop them all (``exposed``: why they are on the machine's network)."""
     cluster = local_cluster(spec, distributed)
     log.info("local mode: starting %s on loopback for %s", describe_cluster(cluster), spec.name)
+    if exposed is not None:
+        warn_open_ports(cluster, exposed)
     with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch, _holding(cluster_ports(cluster)):
         try:
             with ProcessGroup() as group:

@@ -32,6 +32,7 @@ from tfdist.errors import InputError
 from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.runtime import configure_runtime
 from tfdist.train.checks import check_cluster, check_config
+from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.resume import backups_of
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
         return launcher.launch_local(
             spec, config.distributed, launch,
             coordinate=lambda chief: _coordinate(config, spec, name, paths, chief),
-            on_stop=stop,
+            on_stop=stop, outside=(config.mlflow.tracking_uri, os.environ.get(MLFLOW_ENDPOINT_ENV, "")),
         )
     if not spec.multi_process:
         configure_runtime(config, _replicas(config, spec))

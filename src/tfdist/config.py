@@ -15,6 +15,7 @@ import difflib
 import re
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,7 +351,7 @@ class MlflowConfig:
             locked (a SQLite browser, a backup job) before it stops, naming the store.
     """
 
-    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking")
+    tracking_uri: str = _knob("sqlite:///mlruns/mlflow.db", decides=_RECORDING, role="tracking", secretless=True)
     experiment: str = _knob("tfdist-mnist", decides=_RECORDING, role="tracking")
     log_models: bool = _knob(True, decides=_TRAIN, role="operational")
     register_models: bool = _knob(False, decides=(*_TRAIN, "compare"), role="operational")
@@ -511,6 +512,10 @@ def _typed(kind: Any, value: Any, key: str, fail: Callable[[str], Exception], ru
     if rules.get("empty") and value in ("", None):  # a string knob that may be left unset
         return ""
     value = _coerce(key, value, kind, fail, empty_strings)
+    if rules.get("secretless") and _holds_password(value):
+        raise fail(f"{key} holds a password, which would be logged with every run and committed in dvc.lock: "
+                   "remove it and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (a server), "
+                   "or a line in ~/.pgpass (PostgreSQL)")
     choices = rules.get("choices")
     if choices is not None and value not in choices:
         raise fail(f"{key} must be one of {', '.join(choices)}; got {value!r}")
@@ -518,6 +523,11 @@ def _typed(kind: Any, value: Any, key: str, fail: Callable[[str], Exception], ru
         if rule in rules and not test(float(value), float(rules[rule])):
             raise fail(f"{key} must be {word} {rules[rule]}; got {value!r}")
     return value
+
+
+def _holds_password(uri: str) -> bool:
+    parts = urllib.parse.urlsplit(uri)
+    return parts.password is not None or "password" in urllib.parse.parse_qs(parts.query)
 
 
 def _coerce(key: str, value: Any, kind: type, fail: Callable[[str], Exception], empty_strings: bool) -> Any:

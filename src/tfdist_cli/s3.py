@@ -26,7 +26,7 @@ import click
 from tfdist.cluster.ports import free_ports
 from tfdist.errors import InputError, RunError
 from tfdist.tracking import object_store
-from tfdist.workspace import workspace_root
+from tfdist.workspace import private_folder, workspace_root
 from tfdist_cli.contract import program, stage_errors
 from tfdist_cli.serving import LOOPBACK_HOSTS, check_free
 
@@ -189,7 +189,8 @@ def s3(host: str, port: int, folder: Path, bucket: str) -> None:
         if host not in LOOPBACK_HOSTS:
             log.warning("serving S3 on %s: anyone who reaches port %d and holds the keys can read and write", host, port)
         check_free(host, port)
-        folder = folder if folder.is_absolute() else workspace_root() / folder
+        folder = private_folder(folder if folder.is_absolute() else workspace_root() / folder, key="--dir")
+        os.umask(0o077)  # SeaweedFS's objects, its raft state and log: the owner's alone
         config = write_identity(folder, access_key, secret_key)
         log_file = folder / "weed.log"
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import getpass
 import os
-from pathlib import Path
 
 import click
 
 from tfdist.errors import InputError
 from tfdist.tracking import object_store
 from tfdist.tracking.store import probe_store, redact, store_uri
-from tfdist.workspace import workspace_root
+from tfdist.workspace import private_folder, workspace_root
 from tfdist_cli.contract import stage_errors
 from tfdist_cli.serving import (
     WILDCARD_HOSTS,
@@ -78,8 +77,7 @@ def server(backend_store_uri: str, artifacts_destination: str, s3_endpoint_url: 
             for key, value in object_store.FAIL_FAST_ENV.items():
                 os.environ.setdefault(key, value)
         elif "://" not in destination:
-            destination = str((workspace_root() / destination).resolve())
-            Path(destination).mkdir(parents=True, exist_ok=True)
+            destination = str(private_folder((workspace_root() / destination).resolve(), key="--artifacts-destination"))
         shown = "127.0.0.1" if host in WILDCARD_HOSTS else host
         exec_mlflow_server(
             store=store, options=["--serve-artifacts", "--artifacts-destination", destination, "--workers", str(workers)],

@@ -131,6 +131,7 @@ def exec_mlflow_server(*, store: str, options: Sequence[str], host: str, port: i
     os.environ[GATEWAY_ENV] = "true" if "gateway" in policy.opened else "false"
     os.environ["MLFLOW_SERVER_ALLOWED_HOSTS"] = ",".join(sorted(policy.hosts))
     os.environ["MLFLOW_SERVER_CORS_ALLOWED_ORIGINS"] = ",".join(sorted(policy.allowed_origins()))
+    os.umask(0o077)  # what the server writes (an auth database, proxied artifacts) is its owner's alone
     click.echo(f"{banner}\n(Ctrl-C stops it)", err=True)
     sys.stderr.flush()
     command = [sys.executable, "-m", "mlflow", "server", *options, "--host", host, "--port", str(port),

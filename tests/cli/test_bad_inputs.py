@@ -127,6 +127,13 @@ CASES = [
     ("evaluate without model", evaluate, ["--name", "never-trained"], None, "never-trained"),
     ("register without logging", train, TRAIN + set_("mlflow.register_models=true", "mlflow.log_models=false"), None,
      "mlflow.register_models needs mlflow.log_models: true"),
+    ("password in the tracking URI", train, TRAIN + set_("mlflow.tracking_uri=postgresql://me:hunter2@db/tfdist"), None,
+     "mlflow.tracking_uri holds a password, which would be logged with every run and committed in dvc.lock"),
+    ("password in the tracking URI's query", train,
+     TRAIN + set_("mlflow.tracking_uri=postgresql://db/tfdist?user=me&password=hunter2"), None,
+     "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (a server), or a line in ~/.pgpass"),
+    ("task network unknown", train, TRAIN + set_("distributed.task_network=open"), None,
+     "distributed.task_network must be one of private, host; got 'open'"),
     ("tracking store unwritable", train, TRAIN + set_("mlflow.tracking_uri=sqlite:///params.yaml/mlflow.db"), None,
      "mlflow.tracking_uri sqlite:///params.yaml/mlflow.db: cannot create "),
 ]
@@ -153,7 +160,7 @@ def test_a_bad_input_exits_2_with_one_line_and_changes_nothing(tmp_path, prepare
     errors = [line for line in result.stderr.splitlines() if not line.startswith(("INFO ", "WARNING "))]
     assert len(errors) == 1 and errors[0].startswith("error: "), result.stderr
     assert fragment in errors[0]
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output and "hunter2" not in result.output, "no secret is repeated"
     assert snapshot(tmp_path) == before, "no output was written or changed"
 
 

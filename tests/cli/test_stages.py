@@ -15,6 +15,7 @@ from stages import compare, evaluate, preprocess, train
 from tfdist.runtime import usable_cpus
 
 from helpers.devices import SPLIT_REPLICAS
+from helpers.intruder import readable_by_others
 from helpers.project import tiny_params
 
 
@@ -101,6 +102,11 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     assert evaluation["accuracy"] > 0.8 and evaluation["samples"] == 1000
     confusion = (workdir / "reports" / "eval" / "confusion" / "mirrored.csv").read_text().splitlines()
     assert confusion[0] == "actual,predicted" and len(confusion) == 1001
+
+    # the store, the logged models and the backups: another local user opens none of them
+    for kept in (workdir / "mlruns" / "mlflow.db", next((workdir / "mlruns").rglob("MLmodel")),
+                 workdir / ".tfdist" / "backups"):
+        assert not readable_by_others(kept), f"{kept} is readable by another local user"
 
     run = mlflow.get_run(report["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.params["strategy.replicas"] == str(SPLIT_REPLICAS)

@@ -87,3 +87,42 @@ def test_a_local_cluster_leaves_the_ports_its_tasks_serve_the_profiler_on(scarce
     cluster, line = scarce_ports(0, script=CLUSTER, TFDIST_PROFILER_PORT=str(RANGE[0]))
     assert cluster.wait(timeout=60) == 0
     assert line == f"{RANGE[0] + 2} {RANGE[0] + 3}"
+
+
+@pytest.fixture
+def own_temp(tmp_path, monkeypatch):
+    """A temp folder of the test's, world-writable as /tmp is, where the book is looked for."""
+    import tempfile
+
+    tmp_path.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_the_port_book_is_the_users_own(own_temp):
+    from tfdist.cluster.ports import PORT_BOOK, free_ports, release_ports
+
+    ports = free_ports(2)
+    folder = own_temp / f"tfdist-{os.getuid()}"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700" and (folder / PORT_BOOK).is_file()
+    release_ports(ports)
+
+
+@pytest.mark.parametrize("planted", ["another user's folder", "a link", "a folder open to all"])
+def test_a_port_book_planted_by_another_user_is_refused_by_name(own_temp, planted):
+    from tfdist.cluster.ports import free_ports
+    from tfdist.errors import RunError
+
+    folder = own_temp / f"tfdist-{os.getuid()}"
+    if planted == "a link":
+        (own_temp / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(own_temp / "elsewhere")
+    else:
+        folder.mkdir(mode=0o777 if planted == "a folder open to all" else 0o700)
+        folder.chmod(0o777 if planted == "a folder open to all" else 0o700)
+        if planted == "another user's folder":
+            os.chown(folder, 65534, 65534)
+    with pytest.raises(RunError, match=f"{folder} is not a folder of this user's alone"):
+        free_ports(1)
+    if planted == "a link":
+        assert not list((own_temp / "elsewhere").iterdir()), "nothing was written through the link"

@@ -29,6 +29,7 @@ def http_status(url: str, *, method: str = "GET", headers: dict[str, str] | None
 
 
 def readable_by_others(path: os.PathLike[str] | str) -> bool:
-    """Whether another local user could open ``path`` for reading (tried, not computed from the mode)."""
-    result = subprocess.run([*AS_NOBODY, "cat", os.fspath(path)], capture_output=True, timeout=30, cwd="/")
+    """Whether another local user could read ``path``, a file or a folder's listing (tried, not computed from modes)."""
+    reader = "ls" if os.path.isdir(path) else "cat"
+    result = subprocess.run([*AS_NOBODY, reader, os.fspath(path)], capture_output=True, timeout=30, cwd="/")
     return result.returncode == 0

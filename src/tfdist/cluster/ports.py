@@ -1,10 +1,11 @@
-"""The machine-wide port book: loopback ports no two live local launchers are ever given both.
+"""The port book: loopback ports no two live local launchers of one user are ever given both.
 
 The kernel hands a probed port out again as soon as the probe closes, so two
 launches starting at once (``dvc queue start -j 2``) could be given the same
-port before either's tasks bind it. The book (a JSON file under a lock, in the
-temp folder) records which ports each launcher process holds; a dead
-launcher's ports are free again.
+port before either's tasks bind it. The book (a JSON file under a lock) records
+which ports each launcher process holds; a dead launcher's ports are free again.
+It is the user's own: in a folder of the temp folder that only they may enter
+(``tfdist-<uid>``, 0700), refused when it is a link, another user's, or open to others.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
@@ -90,7 +92,7 @@ def release_ports(ports: Sequence[int]) -> None:
 @contextlib.contextmanager
 def _port_book() -> Iterator[dict[str, int]]:
     """The port book as ``{port: launcher pid}``, read and written back under an exclusive lock."""
-    path = Path(tempfile.gettempdir()) / PORT_BOOK
+    path = book_folder() / PORT_BOOK
     with exclusive_lock(path.with_name(PORT_BOOK + ".lock")), open(path, "a+", encoding="utf-8") as handle:
         handle.seek(0)
         text = handle.read()
@@ -103,6 +105,22 @@ def _port_book() -> Iterator[dict[str, int]]:
         handle.truncate()
         json.dump(book, handle)
         handle.flush()
+
+
+def book_folder() -> Path:
+    """The user's own folder for the port book, made 0700; RunError when what is there is not theirs alone.
+
+    Everything in it is then the user's: no other user can plant a link there
+    that the book would follow, or read and rewrite the book.
+    """
+    folder = Path(tempfile.gettempdir()) / f"tfdist-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    found = os.lstat(folder)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise RunError(f"{folder} is not a folder of this user's alone (uid {found.st_uid}, mode "
+                       f"{stat.filemode(found.st_mode)}): remove it, or set TMPDIR to a folder of your own")
+    return folder
 
 
 def _alive(pid: int) -> bool:

@@ -23,7 +23,7 @@ from tfdist.errors import InputError, RunError
 from tfdist.tracking.mlflow_private import forget_engine, schema_revisions
 from tfdist.tracking.schema import create_from_schema, discard_schema
 from tfdist.tracking.store import DATABASE_DRIVERS, probe_store, redact, sqlite_path, store_uri
-from tfdist.workspace import workspace_root
+from tfdist.workspace import private_folder, workspace_root
 
 # The UI opens an experiment of this kind on its training runs (not the GenAI overview).
 _EXPERIMENT_KIND = "mlflow.experimentKind"
@@ -55,10 +55,7 @@ def configure(config: MlflowConfig) -> str:
     lock: contextlib.AbstractContextManager = contextlib.nullcontext()
     if scheme == "sqlite":
         database = sqlite_path(uri)
-        try:
-            database.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise InputError(f"mlflow.tracking_uri {shown}: cannot create {database.parent} ({err.strerror})") from None
+        private_folder(database.parent, key=f"mlflow.tracking_uri {shown}")
         lock = _file_lock(database.parent, shown, config.busy_timeout)
     elif scheme in DATABASE_DRIVERS:
         lock = _file_lock(_local_artifacts(), shown, config.busy_timeout)
@@ -101,9 +98,7 @@ _FOUND_REVISION = re.compile(r"out-of-date database schema \(found version (\w+)
 
 def _local_artifacts() -> Path:
     """Where a store without an artifact server keeps artifacts: the workspace's ``mlruns/``."""
-    folder = workspace_root() / "mlruns"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return private_folder(workspace_root() / "mlruns")
 
 
 def _get_or_create_experiment(name: str, scheme: str) -> Any:

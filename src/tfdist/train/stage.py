@@ -31,9 +31,10 @@ from tfdist.distribute.registry import StrategySpec, check_pipeline, get_spec
 from tfdist.errors import InputError
 from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.runtime import configure_runtime
-from tfdist.train.checks import check_cluster, check_config
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
+from tfdist.train.checks import check_cluster, check_config
 from tfdist.train.resume import backups_of
+from tfdist.workspace import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
         chief worker wrote them).
     """
     spec = get_spec(strategy_name)  # resolved once: everything below is handed the record
+    private_folder(paths.backups, key="--backups")  # the run's weights and optimizer state: the owner's alone
     check_pipeline(config.distributed.strategies)
     check_config(spec, config)
     task = _cluster_task(spec, config)

@@ -68,6 +68,80 @@ def idx_folder_with_bad_magic(workdir):
         (folder / stem).write_bytes(b"\x00\x00\x08\x07" + b"\x00" * 12)
 
 
+def image_folder_with(hostile):
+    """A folder of two classes of real PNG images, one entry of which is ``hostile(path)``'s making."""
+    def prepare(workdir):
+        from PIL import Image
+
+        for name in ("a", "b"):
+            (workdir / "images" / name).mkdir(parents=True)
+            for i in range(3):
+                Image.new("L", (8, 8), color=40 * i).save(workdir / "images" / name / f"{i}.png")
+        hostile(workdir / "images" / "b" / "bad.png")
+    return prepare
+
+
+def png_declaring(width, height):
+    """A PNG of a few bytes whose header declares ``width`` x ``height`` pixels (a decompression bomb's header)."""
+    def write(path):
+        import struct
+        import zlib
+
+        from PIL import Image
+
+        Image.new("L", (1, 1)).save(path)
+        data = bytearray(path.read_bytes())
+        ihdr = data[12:29]
+        ihdr[4:12] = struct.pack(">II", width, height)
+        data[12:29] = ihdr
+        data[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
+        path.write_bytes(bytes(data))
+    return write
+
+
+def fifo(path):
+    os.mkfifo(path)
+
+
+def link_out(path):
+    path.symlink_to("/etc/hostname")
+
+
+def idx_folder(images_header, body=b"", gz=False):
+    """An IDX folder whose training images have ``images_header`` (dims after the magic) and ``body``."""
+    def prepare(workdir):
+        import gzip
+        import struct
+
+        folder = workdir / "mnist-idx"
+        folder.mkdir()
+        files = {"train-images-idx3-ubyte": b"\x00\x00\x08\x03" + struct.pack(">3I", *images_header) + body,
+                 "train-labels-idx1-ubyte": b"\x00\x00\x08\x01" + struct.pack(">I", 2) + b"\x00\x01",
+                 "t10k-images-idx3-ubyte": b"\x00\x00\x08\x03" + struct.pack(">3I", 1, 2, 2) + bytes(4),
+                 "t10k-labels-idx1-ubyte": b"\x00\x00\x08\x01" + struct.pack(">I", 1) + b"\x00"}
+        for name, data in files.items():
+            if gz:
+                with gzip.open(folder / f"{name}.gz", "wb", compresslevel=9) as handle:
+                    handle.write(data)
+            else:
+                (folder / name).write_bytes(data)
+    return prepare
+
+
+def npz_declaring_a_huge_array(workdir):
+    """An .npz whose x's header declares 2^50 bytes over a few bytes of data."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False, "shape": (2 ** 50,)})
+    with zipfile.ZipFile(workdir / "huge.npz", "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(16))
+        buffer = io.BytesIO()
+        np.save(buffer, np.zeros(2, dtype=np.int64))
+        archive.writestr("y.npy", buffer.getvalue())
+
+
 TRAIN = ["--strategy", "default", "--name", "run"]
 CASES = [
     # (id, stage, args, prepare, fragment of the one error line)
@@ -124,6 +198,20 @@ CASES = [
     ("prepared split pickled", train, TRAIN, break_split("pickle", None), "is not a valid prepared split"),
     ("source path missing", preprocess, set_("data.source=no/such/mnist.npz"), None, "data.source"),
     ("IDX bad magic", preprocess, set_("data.source=mnist-idx"), idx_folder_with_bad_magic, "bad IDX magic number"),
+    ("PNG declaring 20000x20000", preprocess, set_("data.source=images"), image_folder_with(png_declaring(20000, 20000)),
+     "bad.png declares more pixels than 64,000,000"),
+    ("PNG declaring 9000x9000", preprocess, set_("data.source=images"), image_folder_with(png_declaring(9000, 9000)),
+     "bad.png declares 9000x9000 pixels, more than 64,000,000"),
+    ("a pipe in a class folder", preprocess, set_("data.source=images"), image_folder_with(fifo),
+     "bad.png is not a regular file (a pipe, socket or device)"),
+    ("a link out of the source", preprocess, set_("data.source=images"), image_folder_with(link_out),
+     "bad.png links to /etc/hostname, outside"),
+    ("IDX declaring 2^31 x 2^31", preprocess, set_("data.source=mnist-idx"), idx_folder((2 ** 31, 2 ** 31, 1)),
+     "train-images-idx3-ubyte: IDX header promises (2147483648, 2147483648, 1), 4,611,686,018,427,387,904 bytes"),
+    ("IDX gz inflating past its header", preprocess, set_("data.source=mnist-idx"),
+     idx_folder((2, 28, 28), bytes(64_000_000), gz=True), "but the file has more bytes"),
+    ("npz declaring 2^50 bytes", preprocess, set_("data.source=huge.npz"), npz_declaring_a_huge_array,
+     "array x's header declares it, 1,125,899,906,842,624 bytes, more than this machine's memory"),
     ("evaluate without model", evaluate, ["--name", "never-trained"], None, "never-trained"),
     ("register without logging", train, TRAIN + set_("mlflow.register_models=true", "mlflow.log_models=false"), None,
      "mlflow.register_models needs mlflow.log_models: true"),

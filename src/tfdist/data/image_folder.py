@@ -6,10 +6,16 @@ keep their channels (greyscale 1, RGB 3, RGBA 4); all must have the same, and
 the same size unless ``data.image_size`` resizes them. Anything else in a class
 folder is named in an error: tfdist never trains on less than the user gave it
 without saying so. Hidden files (``.DS_Store``...) are passed over.
+
+The files are not trusted: an entry that is not a regular file (a pipe would
+block the read for ever, a device would never end) or a link leaving the source
+folder is refused by name, and an image's size is read from its header and held
+to :data:`MAX_PIXELS` before a pixel is decoded.
 """
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +25,9 @@ from tfdist.errors import InputError
 
 #: The image formats a class folder may hold.
 FORMATS = ("PNG", "JPEG")
+#: The most pixels one image may declare (a 99-byte PNG can declare 20000x20000): 64 megapixels, far above any
+#: image a classifier is trained on, far below what would exhaust memory once decoded.
+MAX_PIXELS = 64_000_000
 #: PIL's modes, as the channels they are read with (a palette image is read as RGB, a 1-bit one as greyscale).
 _MODES = {"1": ("L", 1), "L": ("L", 1), "P": ("RGB", 3), "RGB": ("RGB", 3), "RGBA": ("RGBA", 4), "LA": ("LA", 2)}
 
@@ -36,7 +45,8 @@ def load_image_folder(folder: Path, image_size: tuple[int, int] | None = None
             empty one, a file that is not a PNG or JPEG image, images whose channels or (without
             ``image_size``) sizes differ (two files named).
     """
-    classes = sorted(path for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
+    root = folder.resolve()
+    classes = sorted(path for path in folder.iterdir() if _inside(path, root).is_dir() and not path.name.startswith("."))
     if len(classes) < 2:
         found = f"only {classes[0].name}/" if classes else "none"
         raise InputError(f"data.source: {folder} needs a subfolder of images per class, at least 2 ({found}); "
@@ -47,7 +57,7 @@ def load_image_folder(folder: Path, image_size: tuple[int, int] | None = None
         if not files:
             raise InputError(f"data.source: class folder {class_folder} is empty; put its images in it or remove it")
         for path in files:
-            pixels = _read(path, image_size)
+            pixels = _read(_inside(path, root), image_size, shown=path)
             if first is None:
                 first = (path, pixels.shape)
             elif pixels.shape != first[1]:
@@ -57,24 +67,44 @@ def load_image_folder(folder: Path, image_size: tuple[int, int] | None = None
     return np.stack(images), np.asarray(labels, dtype=np.int64), tuple(path.name for path in classes)
 
 
-def _read(path: Path, image_size: tuple[int, int] | None) -> np.ndarray:
-    """One image as uint8 ``(height, width, channels)``."""
-    if path.is_dir():
-        raise InputError(f"data.source: {path} is a folder inside a class folder; a class folder holds only images")
+def _inside(path: Path, root: Path) -> Path:
+    """``path`` with its links followed, refused when they lead out of the source folder ``root``."""
+    target = path.resolve()
+    if target != root and root not in target.parents:
+        raise InputError(f"data.source: {path} links to {target}, outside {root}; copy the file into the folder")
+    return target
+
+
+def _read(path: Path, image_size: tuple[int, int] | None, shown: Path) -> np.ndarray:
+    """One image as uint8 ``(height, width, channels)``; ``shown`` is how the user named it."""
+    try:
+        kind = path.stat().st_mode
+    except OSError as err:
+        raise InputError(f"data.source: {shown} cannot be read ({err.strerror})") from None
+    if stat.S_ISDIR(kind):
+        raise InputError(f"data.source: {shown} is a folder inside a class folder; a class folder holds only images")
+    if not stat.S_ISREG(kind):
+        raise InputError(f"data.source: {shown} is not a regular file (a pipe, socket or device); a class folder "
+                         "holds only images")
     try:
         with Image.open(path) as image:
+            if image.width * image.height > MAX_PIXELS:
+                raise InputError(f"data.source: {shown} declares {image.width}x{image.height} pixels, more than "
+                                 f"{MAX_PIXELS:,}; scale it down (data.image_size resizes only what can be read)")
             if image.format not in FORMATS:
-                raise InputError(f"data.source: {path} is a {image.format} image; use PNG or JPEG")
+                raise InputError(f"data.source: {shown} is a {image.format} image; use PNG or JPEG")
             mode, channels = _MODES.get(image.mode, (None, 0))
             if mode is None:
-                raise InputError(f"data.source: {path} has pixels of mode {image.mode}; use 8-bit greyscale, RGB or "
+                raise InputError(f"data.source: {shown} has pixels of mode {image.mode}; use 8-bit greyscale, RGB or "
                                  "RGBA")
             image = image.convert(mode)
             if image_size is not None:
                 image = image.resize((image_size[1], image_size[0]), Image.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8)
+    except Image.DecompressionBombError as err:  # PIL's own limit, checked as it opens: far past ours
+        raise InputError(f"data.source: {shown} declares more pixels than {MAX_PIXELS:,} ({err}); scale it down") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-        raise InputError(f"data.source: {path} is not an image tfdist can read (PNG or JPEG): {err}") from None
+        raise InputError(f"data.source: {shown} is not an image tfdist can read (PNG or JPEG): {err}") from None
     return pixels.reshape(*pixels.shape[:2], channels)
 
 

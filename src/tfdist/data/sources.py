@@ -14,12 +14,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
+import math
+import os
 import shutil
 import struct
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -175,6 +179,8 @@ def _load_npz(path: Path, name: str) -> RawImages:
     try:
         with np.load(path, allow_pickle=False) as npz:
             files = set(npz.files)
+            for key in files:
+                check_declared_size(path, _npy_bytes(npz, key), f"array {key}'s header declares it")
             if set(IDX_FILES) <= files:  # Keras's mnist.npz layout
                 return RawImages(name, *(npz[key] for key in IDX_FILES))
             missing = [key for key in NPZ_ARRAYS if key not in files]
@@ -190,6 +196,15 @@ def _load_npz(path: Path, name: str) -> RawImages:
                              npz["y_test"] if "y_test" in files else None, names)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None
+
+
+def _npy_bytes(npz: Any, key: str) -> int:
+    """The bytes array ``key`` of an open .npz declares in its header: read before the array is inflated."""
+    with npz.zip.open(f"{key}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = reader(member)
+    return math.prod(shape) * dtype.itemsize
 
 
 def _idx_file(folder: Path, stem: str) -> Path | None:
@@ -209,24 +224,48 @@ def _find_idx(folder: Path, stem: str) -> Path:
 def read_idx(path: Path) -> np.ndarray:
     """Read one IDX file (gzipped or not) of unsigned bytes into an array.
 
+    The header is checked before the body is read: its sizes multiplied exactly
+    (Python's integers: 2^31 x 2^31 does not wrap), held against this machine's
+    memory and, unzipped, against the file's size; a gzipped body is inflated no
+    further than one byte past what the header declares.
+
     Raises:
         InputError: the magic number, dimensions or length are wrong.
     """
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as handle:
-            data = handle.read()
-    except (OSError, EOFError) as err:
+            magic_bytes = handle.read(4)
+            if len(magic_bytes) < 4:
+                raise InputError(f"{path}: too short to be an IDX file")
+            magic = struct.unpack(">I", magic_bytes)[0]
+            ndim = magic & 0xFF
+            if _IDX_MAGIC.get(ndim) != magic:
+                raise InputError(f"{path}: bad IDX magic number 0x{magic:08x} (expected 0x00000803 for images, "
+                                 "0x00000801 for labels)")
+            dims = handle.read(4 * ndim)
+            if len(dims) < 4 * ndim:
+                raise InputError(f"{path}: too short to be an IDX file (its header ends early)")
+            shape = struct.unpack(f">{ndim}I", dims)
+            declared = math.prod(shape)
+            check_declared_size(path, declared, f"IDX header promises {shape}")
+            header = 4 + 4 * ndim
+            if opener is open and path.stat().st_size != header + declared:
+                raise InputError(f"{path}: IDX header promises {shape} ({header + declared} bytes) but the file has "
+                                 f"{path.stat().st_size} bytes")
+            body = handle.read(declared + 1)
+    except (OSError, EOFError, zlib.error) as err:
         raise InputError(f"{path}: cannot read IDX file ({err})") from None
-    if len(data) < 4:
-        raise InputError(f"{path}: too short to be an IDX file")
-    magic = struct.unpack(">I", data[:4])[0]
-    ndim = magic & 0xFF
-    if _IDX_MAGIC.get(ndim) != magic:
-        raise InputError(f"{path}: bad IDX magic number 0x{magic:08x} (expected 0x00000803 for images, 0x00000801 for labels)")
-    header = 4 + 4 * ndim
-    shape = struct.unpack(f">{ndim}I", data[4:header])
-    expected = header + int(np.prod(shape))
-    if len(data) != expected:
-        raise InputError(f"{path}: IDX header promises {shape} ({expected} bytes) but the file has {len(data)} bytes")
-    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+    if len(body) != declared:
+        found = "more" if len(body) > declared else f"{header + len(body)}"
+        raise InputError(f"{path}: IDX header promises {shape} ({header + declared} bytes) but the file has "
+                         f"{found} bytes")
+    return np.frombuffer(body, dtype=np.uint8).reshape(shape)
+
+
+def check_declared_size(path: Path, nbytes: int, what: str) -> None:
+    """Refuse, before decoding, a file whose header declares more bytes than this machine's memory holds."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if nbytes > memory:
+        raise InputError(f"data.source: {path}: {what}, {nbytes:,} bytes, more than this machine's memory "
+                         f"({memory:,} bytes); the file is damaged or not what it says")

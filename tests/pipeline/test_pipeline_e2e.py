@@ -1,5 +1,6 @@
 """The whole pipeline as a user runs it: ``dvc repro``, ``dvc exp run``, ``dvc plots`` in a copy of the repo."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -137,6 +138,18 @@ def test_a_teammate_pulls_what_was_pushed_to_the_s3_remote_and_repro_is_a_no_op(
         assert "Running stage" not in repro and "Data and pipelines are up to date" in repro, repro
         assert run_in_project([sys.executable, "-m", "tfdist_cli", "status"], second).strip().endswith(
             "Cache and remote 'team' are in sync.")
+
+        # another writer to the bucket swaps the model's MLmodel: a third teammate's pull refuses it
+        digest = hashlib.md5((first / "models" / "normal" / "MLmodel").read_bytes()).hexdigest()
+        s3.client().put_object(Bucket="tfdist", Key=f"dvc/files/md5/{digest[:2]}/{digest[2:]}", Body=b"planted")
+        third = tmp_path / "third"
+        run_in_project(["git", "clone", "-q", str(first), str(third)], tmp_path)
+        run_in_project(["dvc", "remote", "modify", "--local", "team", "endpointurl", s3.endpoint], third)
+        tampered = subprocess.run([sys.executable, "-m", "tfdist_cli", "pull"], cwd=third, capture_output=True,
+                                  text=True, timeout=600)
+        assert tampered.returncode != 0, tampered.stdout + tampered.stderr
+        pulled = third / "models" / "normal" / "MLmodel"
+        assert not pulled.exists() or b"planted" not in pulled.read_bytes()
     diff = run_in_project(["dvc", "metrics", "diff", "HEAD", "--all"], second)
     assert "test_accuracy" in diff, diff
     shutil.copy2(REPO / "vega" / "offline.html", second / "vega")  # what make install builds in a fresh clone

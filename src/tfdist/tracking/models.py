@@ -9,6 +9,7 @@ import contextlib
 import functools
 import io
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -134,17 +135,38 @@ def check_model(path: Path) -> None:
         raise InputError(f"{path} is not a saved model (no MLmodel file); run the train stage first")
 
 
+#: MLflow's own switch for unpickling what a model folder holds; tfdist reads it as off unless set to true.
+PICKLE_ENV = "MLFLOW_ALLOW_PICKLE_DESERIALIZATION"
+
+
 def load_model(path: Path) -> Any:
-    """Load a Keras model saved by :func:`save_model`.
+    """Load a Keras model saved by :func:`save_model`, without unpickling anything it holds.
+
+    MLflow's Keras flavour saves the process's registered custom objects as a
+    cloudpickle file beside the model and unpickles it on load, by default: a
+    model folder pulled from a shared remote or store could run code as it
+    loads. tfdist's models need none of it (tf_keras registers its own objects
+    as it is imported), so the ``.keras`` file is read in Keras's safe mode,
+    which refuses serialised Python code too. ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION=true``
+    loads through MLflow as before, for a model whose builder needs its custom objects.
 
     Raises:
         InputError: the folder is missing, is not an MLflow model, or its files are damaged.
     """
     check_model(path)
-    import mlflow.tensorflow  # imports TensorFlow: only where a model is loaded
-
+    pickle_allowed = os.environ.get(PICKLE_ENV, "").strip().lower() == "true"
+    keras_file = Path(path) / "data" / "model.keras"
+    if not pickle_allowed and not keras_file.is_file():
+        raise InputError(f"{path} holds no model.keras to load safely; a model from elsewhere loads only with "
+                         f"{PICKLE_ENV}=true, which may run code it holds")
     try:
-        return mlflow.tensorflow.load_model(str(path))
+        if pickle_allowed:
+            import mlflow.tensorflow  # imports TensorFlow: only where a model is loaded
+
+            return mlflow.tensorflow.load_model(str(path))
+        from tfdist.tf_imports import keras  # imports TensorFlow: only where a model is loaded
+
+        return keras.models.load_model(str(keras_file), safe_mode=True)
     except Exception as err:  # noqa: BLE001  Keras, h5py and MLflow each raise their own for a damaged file
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"{path} holds a damaged model ({reason}); bring it back with dvc checkout {path}, "

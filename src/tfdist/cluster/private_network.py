@@ -1,4 +1,4 @@
-"""A local cluster in a network of its own: its task servers reachable from no other host and no other local user.
+"""Servers in a network of their own: reachable from no other host and no other local user.
 
 TensorFlow's gRPC task servers bind every interface, whatever address the
 cluster spec names, and run any graph a client sends them (tensorflow#11689:
@@ -15,6 +15,12 @@ folder: files, unlike ports, cross namespaces) to a relay process left outside,
 which connects to the real address. A service on another host cannot be relayed
 that way; the cluster then stays on the machine's network, with a warning that
 names its ports (:func:`tfdist.cluster.launcher.warn_open_ports`).
+
+The other way round serves ``tfdist s3``: SeaweedFS's master, volume server and
+filer answer anyone who reaches their ports, keys or not. :func:`start_inside`
+runs it in a private network under a keeper process that passes connections from
+Unix sockets to its ports inside; outside, only the S3 port is listened on
+(:func:`relay_in`), and tfdist alone talks to the master, through its socket.
 """
 
 from __future__ import annotations
@@ -185,6 +191,44 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
                 end.shutdown(socket.SHUT_RDWR)
 
 
+def start_inside(command: Sequence[str], ports: dict[str, int], **popen: object) -> subprocess.Popen:
+    """Start ``command`` in a new private network, each of ``ports`` (Unix socket path -> port inside) reachable
+    through its socket once the socket exists. The caller checks :func:`unshare_command` first."""
+    prefix = unshare_command()
+    assert prefix is not None, "checked by the caller"
+    keeper = [sys.executable, "-m", "tfdist.cluster.private_network", "keep", json.dumps(ports), "--", *command]
+    process = subprocess.Popen([*prefix, "--", *keeper], **popen)  # type: ignore[call-overload]
+    deadline = time.monotonic() + RELAY_START_SECONDS
+    while not all(os.path.exists(path) for path in ports):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{command[0]} did not start in a private network (exit {process.poll()})")
+        time.sleep(0.02)
+    return process
+
+
+def relay_in(host: str, port: int, socket_path: str) -> socket.socket:
+    """Listen on ``host:port`` here and pass each connection to ``socket_path`` (:func:`start_inside`'s)."""
+    listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    threading.Thread(target=_accept, args=(listener, lambda: _unix(socket_path)), name=f"relay-in-{port}",
+                     daemon=True).start()
+    return listener
+
+
+def _keep(spec: str, command: Sequence[str]) -> int:
+    """Inside the new namespace: loopback up, each Unix socket to its port here, then ``command`` until it ends."""
+    _loopback_up()
+    for socket_path, port in json.loads(spec).items():
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(socket_path)
+        listener.listen(64)
+        threading.Thread(target=_accept, args=(listener, lambda p=port: socket.create_connection(("127.0.0.1", p), 30)),
+                         daemon=True).start()
+    child = subprocess.Popen(list(command))
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda received, _: child.send_signal(received))
+    return child.wait()
+
+
 def _serve_relays(spec: str, parent: int) -> None:
     """The relay outside: each Unix socket to its TCP address, until the launcher (``parent``) is gone."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # the launcher's stop reaches its group: it may still need us
@@ -205,4 +249,6 @@ def _serve_relays(spec: str, parent: int) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "keep":
+        sys.exit(_keep(sys.argv[2], sys.argv[4:]))
     _serve_relays(sys.argv[1], int(sys.argv[2]))

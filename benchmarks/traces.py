@@ -68,7 +68,8 @@ def profiled_stage(root: Path, data: Path, name: str, strategy: str, sets: list[
     logdir = root / "profiles" / name
     env = {**os.environ, PROFILER_PORT_ENV: str(base)}
     env.pop("TF_CONFIG", None)
-    command = stage_command(root, data, name, strategy, sets)
+    # captured from this process: the tasks stay on the machine's network (a private one would hide their profilers)
+    command = stage_command(root, data, name, strategy, [*sets, "distributed.task_network=host"])
     attempts: list[_Capture] = []
     with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as stage:

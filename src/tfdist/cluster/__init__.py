@@ -1,4 +1,4 @@
-"""The processes of a multi-process run: the local launcher and its port book, Ray, Slurm,
+"""The processes of a multi-process run: the local launcher, its private network and its port book, Ray, Slurm,
 the rendezvous before TensorFlow joins, and a peer lost mid-training told in one line.
 
 Imports distribute/ (what a strategy's cluster looks like), never train/: whatever trains

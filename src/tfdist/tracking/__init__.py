@@ -11,6 +11,7 @@ The modules divide the work by concern:
 - :mod:`~tfdist.tracking.outage`: the chief's writes while the store does not answer;
 - :mod:`~tfdist.tracking.object_store`: a team's S3 bucket, checked in seconds;
 - :mod:`~tfdist.tracking.server_app`: MLflow's server with the UI opening training runs;
+- :mod:`~tfdist.tracking.server_doors`: which Host, Origin and features that server answers;
 - :mod:`~tfdist.tracking.mlflow_private`: every use of MLflow's private API, each with a test.
 
 This package's ``__init__`` imports nothing, so that probing a store

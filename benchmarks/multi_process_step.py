@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,9 @@ def measure(cell: dict[str, Any], context: Context, options: Options) -> dict[st
     context.measured[key] += 1
     for side, checkout in sides:
         name = f"{cell['model']}-b{cell['batch']}-{strategy}-{side}-{next(context.runs)}"
+        started = time.monotonic()
         report = run(context.root, context.data, name, strategy, sets, checkout)
+        found[f"{side}_stage_s"] = time.monotonic() - started  # the whole stage: start-up, launch, training, outputs
         found[f"{side}_ms"] = units * step_ms(report)
         found[f"{side}_accuracy"] = report["val_accuracy"]
     return found
@@ -94,8 +97,11 @@ def table(result: Result) -> tuple[list[str], list[list[str]]]:
                          for mine, yardstick in zip(cell.rounds, normal.rounds if normal else [], strict=False)]
                   for side in ("before", "now")}
         old, new = cell.values("before_ms"), cell.values("now_ms")
+        walls = [cell.values(f"{side}_stage_s") if "now_stage_s" in cell.rounds[0] else [] for side in ("before", "now")]
         rows.append([model, str(batch), cell.params["run"], spread(old), spread(new), f"{median(old) / median(new):.2f}x",
                      spread(ratios["before"]) + "x", spread(ratios["now"]) + "x",
+                     " / ".join(spread(wall) for wall in walls),
                      f"{median(cell.values('before_accuracy')):.4f} / {median(cell.values('now_accuracy')):.4f}"])
     return (["model", "per-replica batch", "run", f"ms/step at {before}", "ms/step now", "faster",
-             f"x normal at {before} (per round)", "x normal now (per round)", "val accuracy before / now"], rows)
+             f"x normal at {before} (per round)", "x normal now (per round)", "stage s before / now",
+             "val accuracy before / now"], rows)

@@ -94,3 +94,17 @@ def test_experiments_fit_a_120_column_terminal_with_runs_as_rows_and_what_change
     assert any(line.strip().startswith("strategy_with_a_rather_long_name_0") and "12,346" in line and "0.50x" in line
                and line.rstrip().endswith("–") for line in lines)
     assert all(len(line) <= 60 for line in compact_view(shown, width=60).splitlines())
+
+
+def test_a_flag_that_would_open_a_door_to_others_is_refused_in_one_line(workdir):
+    from tfdist.config import load_config
+    from tfdist.tracking import experiment
+
+    experiment.configure(load_config(workdir / "params.yaml").mlflow)
+    published = invoke("ui", "--host", "0.0.0.0", "--enable", "assistant")
+    assert published.exit_code == 2 and "--enable assistant needs a loopback --host" in published.output
+    wildcard = invoke("ui", "--cors-origin", "*")
+    assert wildcard.exit_code == 2 and "--cors-origin *: name one page" in wildcard.output
+    for option in ("--gunicorn-opts=-w 4", "--allowed-hosts", "--disable-security-middleware"):
+        refused = invoke("server", "--backend-store-uri", f"sqlite:///{workdir}/team.db", "--", option)
+        assert refused.exit_code == 2 and f"{option} after --" in refused.output, refused.output

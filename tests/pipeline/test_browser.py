@@ -107,7 +107,9 @@ def add_metric_column(page, metric: str) -> None:
 def test_the_ui_command_serves_the_workspace_store_on_loopback_and_prints_the_newest_runs(ui, project, pipeline, runs):
     command = Path(f"/proc/{ui.server.pid}/cmdline").read_bytes().decode().split("\0")
     assert command[command.index("--host") + 1] == "127.0.0.1"
-    assert command[command.index("--backend-store-uri") + 1] == f"sqlite:///{project}/mlruns/mlflow.db"
+    assert "--backend-store-uri" not in command, "the store reaches the server in its environment, not argv"
+    environ = Path(f"/proc/{ui.server.pid}/environ").read_bytes().split(b"\0")
+    assert f"MLFLOW_BACKEND_STORE_URI=sqlite:///{project}/mlruns/mlflow.db".encode() in environ
     assert command[command.index("--app-name") + 1] == "tfdist"
     assert_no_job_runners(ui.server)
     experiment_id = runs["normal"].info.experiment_id

@@ -11,6 +11,7 @@ would see an open port.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,59 @@ def test_no_other_host_or_local_user_reaches_a_local_clusters_tasks(tmp_path, pr
         warned = [line for line in (exposed / "stage.log").read_text().splitlines() if "every interface" in line]
         assert len(warned) == 1 and str(outside[0][1]) in warned[0], warned
     assert json.loads((private / "reports" / "mw.json").read_text())
+
+
+#: Run as another user by the system's Python: enters a private network (a user namespace first) and reaches an
+#: HTTP server of the host's loopback through the relay.
+_UNPRIVILEGED = """
+import os, sys, urllib.request
+from tfdist.cluster import private_network as net
+if net.inside():
+    net.settle_inside()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/", timeout=10).read()
+    print("inside", os.readlink("/proc/self/ns/net"), body.decode())
+else:
+    print("outside", os.readlink("/proc/self/ns/net"), " ".join(net.unshare_command() or ["none"]))
+    net.run_inside([sys.executable, __file__, sys.argv[1]], [("127.0.0.1", int(sys.argv[1]))])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root to act as nobody")
+def test_an_unprivileged_user_gets_a_private_network_that_still_reaches_the_tracking_server():
+    import http.server
+    import shutil
+    import tempfile
+    import threading
+
+    src = REPO / "src"
+    if subprocess.run([*AS_NOBODY, "test", "-r", str(src / "tfdist" / "__init__.py")]).returncode:
+        pytest.skip("this checkout is not readable by another user")
+    if subprocess.run([*AS_NOBODY, "unshare", "--user", "--map-root-user", "--net", "true"]).returncode:
+        pytest.skip("this kernel gives unprivileged users no namespaces (the launcher warns instead)")
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"store says hello")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    home = Path(tempfile.mkdtemp(prefix="tfdist-nobody-"))
+    try:
+        (home / "probe.py").write_text(_UNPRIVILEGED)
+        shutil.chown(home, 65534, 65534)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "HOME": str(home), "TMPDIR": str(home)}
+        done = subprocess.run([*AS_NOBODY, "/usr/bin/python3", str(home / "probe.py"), str(server.server_port)],
+                              env=env, capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        server.shutdown()
+        shutil.rmtree(home, ignore_errors=True)
+    lines = done.stdout.split("\n")
+    outside, inside = lines[0].split(), lines[1].split(maxsplit=2)
+    assert outside[2:] == ["unshare", "--user", "--map-root-user", "--net"], done.stdout + done.stderr
+    assert inside[0] == "inside" and inside[1] != outside[1], "a network of its own"
+    assert inside[2] == "store says hello", "the relay reached the host's loopback"

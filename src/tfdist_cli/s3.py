@@ -39,7 +39,7 @@ from tfdist.errors import InputError, RunError
 from tfdist.tracking import object_store
 from tfdist.workspace import private_folder, workspace_root
 from tfdist_cli.contract import program, stage_errors
-from tfdist_cli.serving import LOOPBACK_HOSTS, check_free
+from tfdist_cli.serving import LOOPBACK_HOSTS, WILDCARD_HOSTS, check_free
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def s3(host: str, port: int, folder: Path, bucket: str) -> None:
         os.umask(0o077)  # SeaweedFS's objects, its raft state and log: the owner's alone
         config = write_identity(folder, access_key, secret_key)
         log_file = folder / "weed.log"
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        shown = LOOPBACK if host in WILDCARD_HOSTS else host
         location = object_store.S3Location(bucket, "", f"http://{shown}:{port}")
         volumes, weed = held_volumes(folder), weed_binary()
         with open(log_file, "ab") as out, tempfile.TemporaryDirectory(prefix="tfdist-s3-") as sockets:
@@ -245,7 +245,7 @@ def start_weed(weed: str, folder: Path, host: str, port: int, config: Path, sock
         log.warning("no private network on this machine: SeaweedFS's master, volume server and filer answer any local "
                     "user without keys on %s, ports %s (docs/security.md)", host, ", ".join(map(str, ports)))
         return (subprocess.Popen(weed_command(weed, folder, host, port, config, ports), **options),
-                f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{ports[0]}")
+                f"http://{LOOPBACK if host in WILDCARD_HOSTS else host}:{ports[0]}")
     ports = kept_ports(folder, LOOPBACK, check=False)  # inside its own network: free there whatever this one holds
     s3_socket, master_socket = os.path.join(sockets, "s3.sock"), os.path.join(sockets, "master.sock")
     process = private_network.start_inside(weed_command(weed, folder, LOOPBACK, port, config, ports),

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -38,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -87,8 +89,9 @@ def why_not_private(addresses: Sequence[tuple[str, int]]) -> str | None:
     return None
 
 
+@functools.cache
 def unshare_command() -> list[str] | None:
-    """The command prefix that starts a program in a new network namespace here, tried; None where none works."""
+    """The command prefix that starts a program in a new network namespace here, tried once; None where none works."""
     candidates = [["unshare", "--net"]] if os.geteuid() == 0 else []
     candidates.append(["unshare", "--user", "--map-root-user", "--net"])
     for prefix in candidates:
@@ -120,25 +123,15 @@ def run_inside(command: Sequence[str], addresses: Sequence[tuple[str, int]]) -> 
         relays = [Relay(host, port, os.path.join(folder, f"{i}.sock")) for i, (host, port) in enumerate(addresses)]
         _start_relay(relays)
     os.environ[INSIDE_ENV] = json.dumps([[r.host, r.port, r.socket_path] for r in relays])
-    native_logs.exec_program(_program(prefix[0]), [*prefix, "--", *command])
+    native_logs.exec_program(shutil.which(prefix[0]) or prefix[0], [*prefix, "--", *command])
 
 
 def settle_inside() -> None:
     """In the new namespace: bring its loopback up and listen on each relayed address."""
     _loopback_up()
     for host, port, socket_path in json.loads(os.environ.get(INSIDE_ENV) or "[]"):
-        listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-        threading.Thread(target=_accept, args=(listener, lambda path=socket_path: _unix(path)),
-                         name=f"relay-{port}", daemon=True).start()
+        relay_in(host, port, socket_path)
     log.info("local mode: the cluster runs in a private network (its task servers are reachable from no other host)")
-
-
-def _program(name: str) -> str:
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(folder, name)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return name
 
 
 def _loopback_up() -> None:
@@ -166,12 +159,12 @@ def _unix(path: str) -> socket.socket:
     return connection
 
 
-def _accept(listener: socket.socket, connect: object) -> None:
+def _accept(listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
     """Pass every connection ``listener`` takes to a new one from ``connect()``, both ways, until either closes."""
     while True:
         client, _ = listener.accept()
         try:
-            upstream = connect()  # type: ignore[operator]
+            upstream = connect()
         except OSError:
             client.close()
             continue
@@ -207,22 +200,28 @@ def start_inside(command: Sequence[str], ports: dict[str, int], **popen: object)
 
 
 def relay_in(host: str, port: int, socket_path: str) -> socket.socket:
-    """Listen on ``host:port`` here and pass each connection to ``socket_path`` (:func:`start_inside`'s)."""
+    """Listen on ``host:port`` here and pass each connection to the Unix socket ``socket_path``."""
     listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     threading.Thread(target=_accept, args=(listener, lambda: _unix(socket_path)), name=f"relay-in-{port}",
                      daemon=True).start()
     return listener
 
 
+def relay_out(socket_path: str, host: str, port: int) -> None:
+    """Listen on the Unix socket ``socket_path`` (in a 0700 folder: only the owner reaches it) and pass each
+    connection to ``host:port``."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    threading.Thread(target=_accept, args=(listener, lambda: socket.create_connection((host, port), 30)),
+                     name=f"relay-out-{port}", daemon=True).start()
+
+
 def _keep(spec: str, command: Sequence[str]) -> int:
     """Inside the new namespace: loopback up, each Unix socket to its port here, then ``command`` until it ends."""
     _loopback_up()
     for socket_path, port in json.loads(spec).items():
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(socket_path)
-        listener.listen(64)
-        threading.Thread(target=_accept, args=(listener, lambda p=port: socket.create_connection(("127.0.0.1", p), 30)),
-                         daemon=True).start()
+        relay_out(socket_path, "127.0.0.1", port)
     child = subprocess.Popen(list(command))
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda received, _: child.send_signal(received))
@@ -234,11 +233,7 @@ def _serve_relays(spec: str, parent: int) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the launcher's stop reaches its group: it may still need us
         signal.signal(signum, signal.SIG_IGN)
     for host, port, socket_path in json.loads(spec):
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(socket_path)  # in a 0700 folder: only the owner reaches it
-        listener.listen(64)
-        threading.Thread(target=_accept, args=(listener, lambda h=host, p=port: socket.create_connection((h, p), 30)),
-                         daemon=True).start()
+        relay_out(socket_path, host, port)
     while os.getppid() == parent:
         time.sleep(1)
     for _, _, socket_path in json.loads(spec):

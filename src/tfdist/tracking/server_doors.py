@@ -141,9 +141,10 @@ class ServerDoors:
         if refusal is not None:
             await _respond(send, *refusal)
             return
-        token = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(TOKEN_QUERY, [""])[0]
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        token = query.pop(TOKEN_QUERY, [""])[0]
         if token and self.policy.token and hmac.compare_digest(token, self.policy.token):
-            await self.set_token_cookie(scope, send)
+            await self.set_token_cookie(scope, send, query)
             return
         await self.app(scope, receive, send)
 
@@ -165,9 +166,8 @@ class ServerDoors:
             return 403, f"MLflow's {feature} answers only its owner: open the address the server printed"
         return None
 
-    async def set_token_cookie(self, scope: Scope, send: Send) -> None:
-        """Answer the owner's address with the token as a cookie, and send the browser on without it in the URL."""
-        query = {k: v for k, v in parse_qs(scope.get("query_string", b"").decode("latin-1")).items() if k != TOKEN_QUERY}
+    async def set_token_cookie(self, scope: Scope, send: Send, query: dict[str, list[str]]) -> None:
+        """Answer the owner's address with the token as a cookie, and send the browser on to it without the token."""
         location = scope.get("path", "/") + (f"?{urlencode(query, doseq=True)}" if query else "")
         cookie = f"{TOKEN_COOKIE}={self.policy.token}; Path=/; HttpOnly; SameSite=Strict"
         await send({"type": "http.response.start", "status": 303,

@@ -47,6 +47,14 @@ def test_a_parameter_server_chief_names_the_lost_ps_not_the_worker_that_reported
         "chief-0 lost ps-0 (10.213.0.4:2222) during training: recvmsg:Connection reset by peer; ")
 
 
+def test_a_ps_named_by_its_job_is_the_lost_one_too():
+    cluster = {"chief": ["10.213.0.1:2222"], "worker": ["10.213.0.2:2222", "10.213.0.3:2222"], "ps": ["10.213.0.4:2222"]}
+    text = ("Graph execution error:\n\nError reported from /job:worker/replica:0/task:1: Socket closed reading "
+            "/job:ps/replica:0/task:0/device:CPU:0")
+    assert explain(text, ClusterTask(cluster, "chief", 0), 10).startswith(
+        "chief-0 lost ps-0 (10.213.0.4:2222) during training: Error reported from /job:worker")
+
+
 def test_other_errors_are_not_taken_for_a_lost_peer():
     assert explain("Graph execution error:\n\nout of memory allocating tensor", WORKER_0, 10) is None
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -33,7 +34,8 @@ def call(policy: DoorPolicy, path: str, headers: dict[str, str], query: str = ""
 
     scope = {"type": "http", "path": path, "query_string": query.encode(),
              "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
-    asyncio.run(ServerDoors(app, policy)(scope, None, send))
+    with ThreadPoolExecutor(1) as thread:  # a loop of its own: Playwright (the session browser) holds this one
+        thread.submit(asyncio.run, ServerDoors(app, policy)(scope, None, send)).result()
     start = answered[0]
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
 

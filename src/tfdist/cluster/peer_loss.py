@@ -92,23 +92,26 @@ def explain(text: str, task: ClusterTask, heartbeat_timeout: float) -> str | Non
 def _named_tasks(text: str, task: ClusterTask) -> str:
     found = dict.fromkeys((job, int(index)) for job, index in _TASK.findall(text))
     found.pop((task.task_type, task.task_index), None)
-    return ", ".join(_describe(task, job, index) for job, index in found)
+    return ", ".join(_describe(task, job, index) for job, index in _the_lost(list(found)))
 
 
 def _addressed_tasks(text: str, task: ClusterTask) -> str:
-    """The tasks whose cluster address the text names (a failed connection names where it went).
+    """The tasks whose cluster address the text names (a failed connection names where it went)."""
+    named = [(job, index, address) for job, addresses in task.cluster.items()
+             for index, address in enumerate(addresses)
+             if (job, index) != (task.task_type, task.task_index) and re.search(rf"\b{re.escape(address)}\b", text)]
+    return ", ".join(f"{job}-{index} ({address})" for job, index, address in _the_lost(named))
+
+
+def _the_lost(named: list) -> list:
+    """Of the tasks an error names (each a tuple, job first), the lost ones: a named ps when there is one.
 
     A parameter_server chief's error can name a worker too: the worker whose
     closure reached for the lost ps and reported it. ClusterCoordinator
     reschedules a lost worker's closures on the others, so only a lost ps ends
     training; when the text names a ps, the ps is what was lost.
     """
-    named = [(job, index, address) for job, addresses in task.cluster.items()
-             for index, address in enumerate(addresses)
-             if (job, index) != (task.task_type, task.task_index) and re.search(rf"\b{re.escape(address)}\b", text)]
-    if any(job == "ps" for job, _, _ in named):
-        named = [found for found in named if found[0] == "ps"]
-    return ", ".join(f"{job}-{index} ({address})" for job, index, address in named)
+    return [found for found in named if found[0] == "ps"] or named
 
 
 def _describe(task: ClusterTask, job: str, index: int) -> str:

@@ -26,6 +26,7 @@ without the interpreter's teardown (:func:`end_without_teardown`).
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import sys
@@ -146,6 +147,27 @@ def exit_now(code: int) -> NoReturn:
     restore()  # os._exit would lose what the filter has not passed on yet
     sys.stderr.flush()
     os._exit(code)
+
+
+def mute_native_stderr() -> None:
+    """Silence what native code writes to stderr; Python's ``sys.stderr`` still prints.
+
+    For a coordinator whose remote tasks are gone: as the failed run unwinds,
+    TensorFlow deletes its functions on the (dead) workers and its C++ logging
+    prints dozens of gRPC errors, burying the one-line error that says what
+    happened. Python's stderr moves to a copy of the terminal's descriptor, so
+    that line (and Python logging) still reach the user.
+    """
+    sys.stderr.flush()
+    python_stderr = os.fdopen(os.dup(real_stderr_fd()), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    for handler in logging.root.handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+            handler.setStream(python_stderr)
+    sys.stderr = python_stderr
+    logging.getLogger("tensorflow").setLevel(logging.CRITICAL)  # its follow-up errors, same story
 
 
 def exec_program(path: str, args: Sequence[str]) -> NoReturn:

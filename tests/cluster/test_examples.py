@@ -25,9 +25,9 @@ import yaml
 from kubeflow_trainer_api import models as trainer_api
 
 from stages import train
+from tfdist.cluster.roles import check_cluster
 from tfdist.distribute.cluster_spec import JOBSET_PORT, ClusterError, parse_tf_config, read_jobset
 from tfdist.distribute.registry import get_spec
-from tfdist.train.checks import check_cluster
 
 from helpers.project import REPO, tiny_params
 

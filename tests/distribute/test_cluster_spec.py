@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from tfdist.cluster.roles import check_cluster
 from tfdist.distribute.cluster_spec import ClusterError, ClusterTask, parse_tf_config, read_tf_config, tasks_of
 from tfdist.distribute.registry import get_spec
-from tfdist.train.checks import check_cluster
 
 PS_CLUSTER = {"chief": ["c:2222"], "worker": ["w0:2222", "w1:2222"], "ps": ["p0:2222"]}
 

@@ -29,7 +29,7 @@ def test_every_record_is_consistent():
         assert spec.communication in COMMUNICATION and set(spec.loops) <= {"fit", "custom"}, name
         assert (spec.communication == "activations") == spec.splits_layers, name
         assert bool(spec.cluster_jobs) == spec.multi_process == bool(spec.local_jobs), name
-        assert not spec.launcher_trains or spec.multi_process, name
+        assert not spec.coordinated or spec.multi_process, name
         assert set(spec.local_jobs) <= {"chief", "worker", "ps"}, name
         assert spec.pipelined <= spec.splits_layers and spec.distributes == (name != NORMAL_STRATEGY), name
     assert NORMAL_STRATEGY in REGISTRY and NORMAL_STRATEGY not in PIPELINE_STRATEGIES
@@ -96,8 +96,8 @@ def test_no_module_but_the_registry_names_a_strategy():
 def test_adding_a_strategy_is_one_record(monkeypatch):
     # A hypothetical strategy: one record, and the config, the cluster checks and the launcher know it.
     from tfdist.cluster.launcher import local_cluster
+    from tfdist.cluster.roles import check_cluster
     from tfdist.distribute.cluster_spec import ClusterTask
-    from tfdist.train.checks import check_cluster
 
     spec = replace(REGISTRY["multi_worker_mirrored"], name="ring_all_reduce")
     monkeypatch.setitem(registry.REGISTRY, spec.name, spec)

@@ -2,9 +2,10 @@
 
 import pytest
 
+from tfdist.cluster.roles import check_cluster
 from tfdist.distribute.cluster_spec import ClusterError, ClusterTask
 from tfdist.distribute.registry import REGISTRY, StrategyError, get_spec
-from tfdist.train.checks import check_cluster, check_precision
+from tfdist.train.checks import check_precision
 
 
 @pytest.mark.parametrize(("precision", "refused"), [("mixed_float16", ["central_storage", "parameter_server", "tpu"]),

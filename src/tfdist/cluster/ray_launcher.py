@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import native_logs
-from tfdist.cluster.launcher import SCRATCH_ENV, NoRoom, describe_cluster, restarting
+from tfdist.cluster.launcher import SCRATCH_ENV, NoRoom, restarting
 from tfdist.cluster.ports import free_ports, release_ports
 from tfdist.cluster.processes import die_with_parent
 from tfdist.config import DistributedConfig
-from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask
+from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, describe_cluster
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError, Interrupted, RunError
 
@@ -150,7 +150,7 @@ def _run_tasks(ray: Any, spec: StrategySpec, command: Sequence[str], tasks: Sequ
         threading.Thread(target=_follow, args=(ray, task.name, stream, events), name=f"ray-{task.name}",
                          daemon=True).start()
     # parameter_server's servers never end on their own: its chief is done when it is
-    training = {task.name for task, _ in tasks if task.is_chief or not spec.launcher_trains}
+    training = {task.name for task, _ in tasks if task.is_chief or not spec.coordinated}
     while training:
         try:
             name, failure = events.get(timeout=0.5)  # a timeout, so that SIGINT's handler runs

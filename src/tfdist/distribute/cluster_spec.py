@@ -3,7 +3,7 @@
 Pure parsing, no processes and no TensorFlow: reads ``TF_CONFIG`` (set by
 Kubeflow's TFJob, the Ray launcher or a person), or a Kubeflow Trainer v2 JobSet
 pod's environment (:func:`read_jobset`), into a :class:`ClusterTask`.
-Whether the cluster fits a strategy is :func:`tfdist.train.checks.check_cluster`'s
+Whether the cluster fits a strategy is :func:`tfdist.cluster.roles.check_cluster`'s
 question; a Slurm step is :mod:`tfdist.cluster.slurm`'s (it needs TensorFlow's
 resolver); starting processes is :mod:`tfdist.cluster.launcher`'s job.
 """
@@ -162,3 +162,6 @@ def tasks_of(cluster: Mapping[str, list[str]]) -> list[ClusterTask]:
     return [ClusterTask(cluster, job, i) for job in order for i in range(len(cluster[job]))]
 
 
+def describe_cluster(cluster: Mapping[str, list[str]]) -> str:
+    """``2 workers, 1 ps``: a cluster in words, for logs."""
+    return ", ".join(f"{len(addrs)} {job}{'s' if job == 'worker' and len(addrs) > 1 else ''}" for job, addrs in cluster.items())

@@ -58,9 +58,9 @@ class StrategySpec:
         forbidden_jobs: jobs a cluster for it must not have.
         local_jobs: the jobs of the cluster the local launcher lays out, in
             order; :meth:`task_counts` says how many tasks each gets.
-        launcher_trains: under the local launcher this process coordinates
-            training (parameter_server's chief) rather than only waiting for
-            worker processes that train (multi_worker_mirrored).
+        coordinated: the chief runs every step on the other tasks, which only
+            serve and never end on their own (parameter_server), rather than
+            every task training (multi_worker_mirrored).
         in_pipeline: may be listed in ``distributed.strategies``.
         communication: what a step moves between devices (:data:`COMMUNICATION`):
             gradients reduced to one device and back, variables read from a central
@@ -79,7 +79,7 @@ class StrategySpec:
     cluster_jobs: tuple[tuple[str, ...], ...] = ()
     forbidden_jobs: tuple[str, ...] = ()
     local_jobs: tuple[str, ...] = ()
-    launcher_trains: bool = False
+    coordinated: bool = False
     in_pipeline: bool = True
     communication: str = "none"
     loops: tuple[str, ...] = ("fit", "custom")
@@ -133,7 +133,7 @@ _SPECS = (
                  local_jobs=("worker",), communication="ring"),
     StrategySpec("parameter_server", "data", "ParameterServerStrategy", multi_process=True, synchronous=False,
                  loss_scaling=False, backup="keras", cluster_jobs=(("chief",), ("worker",), ("ps",)),
-                 local_jobs=("chief", "worker", "ps"), launcher_trains=True, communication="push_pull"),
+                 local_jobs=("chief", "worker", "ps"), coordinated=True, communication="push_pull"),
     StrategySpec("model_parallel", "model", "get_strategy", multi_process=False, synchronous=True, loss_scaling=True,
                  backup="keras", communication="activations"),
     StrategySpec("pipeline_parallel", "pipeline", "get_strategy", multi_process=False, synchronous=True,

@@ -1,4 +1,4 @@
-"""What the train stage refuses at start, in one line: params or a cluster a strategy cannot train with.
+"""What the train stage refuses at start, in one line: params a strategy cannot train with.
 
 The facts come from the strategy's record (:mod:`tfdist.distribute.registry`);
 the checks live here, beside the stage that calls them, so that neither the
@@ -9,8 +9,7 @@ is imported: a bad param fails in well under a second.
 from __future__ import annotations
 
 from tfdist.config import Config, ModelConfig
-from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterError, ClusterTask
-from tfdist.distribute.registry import REGISTRY, StrategySpec
+from tfdist.distribute.registry import REGISTRY, StrategySpec, check_pipeline
 from tfdist.errors import StrategyError
 from tfdist.model_kinds import model_kind
 
@@ -19,10 +18,10 @@ def check_config(spec: StrategySpec, config: Config) -> None:
     """Refuse a combination of params ``spec`` cannot train.
 
     Raises:
-        StrategyError: see :func:`check_precision`; a loop it does not train
-            with; for a layer split, more devices than layers, XLA, or
-            micro-batches that do not divide the batch.
+        StrategyError: an unknown ``distributed.strategies`` entry; see :func:`check_precision`; a loop it does not
+            train with; for a layer split, more devices than layers, XLA, or micro-batches that do not divide the batch.
     """
+    check_pipeline(config.distributed.strategies)
     check_precision(spec, config.train.precision)
     check_compression(spec, config)
     if config.train.loop not in spec.loops:
@@ -108,25 +107,3 @@ def check_precision(spec: StrategySpec, precision: str) -> None:
             f"{', '.join(able)}, not {spec.name}; use mixed_bfloat16 (no loss scaling) or float32"
         )
 
-
-def check_cluster(task: ClusterTask, spec: StrategySpec) -> None:
-    """Refuse a cluster ``spec`` cannot run on, naming the job that is wrong.
-
-    The strategy's record says which jobs it needs (``cluster_jobs``) and which
-    it refuses (``forbidden_jobs``); no cluster may have an evaluator or more than one chief.
-
-    Raises:
-        ClusterError: naming the job and the fix.
-    """
-    jobs = set(task.cluster)
-    if "evaluator" in jobs:
-        raise ClusterError(f"{TF_CONFIG}: job 'evaluator' is not supported; the evaluate stage evaluates the model")
-    if task.count("chief") > 1:
-        raise ClusterError(f"{TF_CONFIG}: cluster.chief must list one task, got {task.count('chief')}")
-    for job in spec.forbidden_jobs:
-        if job in jobs:
-            raise ClusterError(f"{TF_CONFIG}: {spec.name} takes no {job!r} job; drop cluster.{job} or use another strategy")
-    missing = [" or ".join(choices) for choices in spec.cluster_jobs if not jobs & set(choices)]
-    if missing:
-        needed = ", ".join(" or ".join(choices) for choices in spec.cluster_jobs)
-        raise ClusterError(f"{TF_CONFIG}: {spec.name} needs jobs {needed}; missing {', '.join(missing)}")

@@ -19,13 +19,16 @@ from typing import Any
 from tfdist import atomic
 from tfdist.atomic import crash_point
 from tfdist.cluster.launcher import SCRATCH_ENV
-from tfdist.config import MIXED_PRECISIONS, to_flat_dict
+from tfdist.config import MIXED_PRECISIONS, Config, to_flat_dict
 from tfdist.data.prepared import load_split, scaled, splits_digest
+from tfdist.distribute.cluster_spec import ClusterTask
+from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.measures import mlflow_metrics
 from tfdist.reports import (
     PrecisionSupport,
+    RunPaths,
     ThreadSettings,
     TrainOutputs,
     TrainReport,
@@ -289,3 +292,10 @@ def detect_hardware(cluster_hosts: list[str] | None) -> Hardware:
     kinds = ["TPU"] if tf.config.list_logical_devices("TPU") else ["GPU"] if gpus else ["CPU"]
     models = [tf.config.experimental.get_device_details(gpu).get("device_name", "GPU") for gpu in gpus]
     return describe(kinds, models, cluster_hosts)
+
+
+def train_chief(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None) -> TrainOutputs:
+    """The chief (or only process): train, record the run in MLflow, and write the stage outputs."""
+    outputs = ChiefRun(config, spec, name, paths, task).run()
+    assert outputs is not None, "the chief writes the outputs"
+    return outputs

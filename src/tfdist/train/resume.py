@@ -167,3 +167,21 @@ def open_backup(root: Path, *, name: str, key: str) -> tuple[RunBackup, list[Run
 def restored_history(backup: RunBackup, first_new_epoch: int) -> list[dict[str, float]]:
     """The backed-up rows of the epochs before ``first_new_epoch`` (1-based)."""
     return [row for row in backup.history if row["epoch"] < first_new_epoch]
+
+
+def close_stopped_runs(config: Config, backups: Path, name: str, status: str) -> None:
+    """Close the MLflow run a stopped chief left RUNNING (``status``: FAILED or KILLED); its backup names the run.
+
+    The launcher's answer to a cluster attempt that ended early. A chief stopped
+    after another task failed may have ended its run KILLED (the launcher's
+    SIGTERM is all it saw): the run failed, and says FAILED.
+    """
+    run_ids = [backup.run_id for backup in backups_of(backups, name) if backup.run_id]
+    if not run_ids:
+        return
+    from tfdist.tracking import experiment, runs  # MLflow's import, only where a run is left to close
+
+    experiment.configure(config.mlflow)
+    for run_id in run_ids:
+        if runs.close_if_running(run_id, status, overriding=("KILLED",) if status == "FAILED" else ()):
+            log.info("marked MLflow run %s %s: its chief was stopped before it could", run_id, status)

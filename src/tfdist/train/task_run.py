@@ -144,3 +144,8 @@ class TaskRun:
         atomic.write_json(path, {"task": self.task.name, "weights_sha256": digest, "history": result.history})
         log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)
         return None
+
+
+def train_worker(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask) -> None:
+    """A cluster's worker other than the chief: train beside it (the collectives need every worker)."""
+    TaskRun(config, spec, name, paths, task).run()

@@ -1,4 +1,4 @@
-"""A training run's phases, one at a time, in this process (no stage, no subprocess)."""
+"""A training run's phases, one at a time, in this process (no stage, no subprocess): the trainer's, then the recorder's."""
 
 import os
 
@@ -15,6 +15,7 @@ from tfdist.train.chief_run import ChiefRun, TrackedEpochs
 from tfdist.train.precision import hardware_support
 from tfdist.train.resume import RunBackup
 from tfdist.train.step_costs import Costs
+from tfdist.train.task_run import TaskRun
 
 from helpers.project import tiny_params
 
@@ -22,20 +23,21 @@ from helpers.project import tiny_params
 def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     config = load_config(tiny_params(tmp_path, train={"epochs": 1}))
     paths = RunPaths(prepared_copy, tmp_path / "models" / "phases", tmp_path / "backups")
-    run = ChiefRun(config, get_spec("default"), "phases", paths)
+    trainer = TaskRun(config, get_spec("default"), "phases", paths)
 
-    run.start()
-    assert run.info.name == "default" and run.info.replicas == 1
-    run.load()
-    assert len(run.train_split) == 3600 and len(run.val_split) == 400
-    assert run.backup.folder == tmp_path / "backups" / "phases" / run.key and not run.stale
+    trainer.start()
+    assert trainer.info.name == "default" and trainer.info.replicas == 1
+    trainer.load()
+    assert len(trainer.train_split) == 3600 and len(trainer.val_split) == 400
+    assert trainer.backup.folder == tmp_path / "backups" / "phases" / trainer.key and not trainer.stale
+    run = ChiefRun(config, get_spec("default"), "phases", paths, trainer)
     run.open()  # the store exists now, before any training
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
 
     with CpuMeter() as cpu:
-        result = run.fit()
+        result = trainer.fit()
     assert [row["epoch"] for row in result.history] == [1]
-    assert (run.backup.folder / "state.json").is_file(), "the epoch was backed up"
+    assert (trainer.backup.folder / "state.json").is_file(), "the epoch was backed up"
     digest = run.save(result, paths.model, Patience(30.0, "the test store"))
     assert (paths.model / "MLmodel").is_file() and len(digest) == 64
 

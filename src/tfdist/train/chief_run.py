@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,7 @@ from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
 from tfdist.train.resume import RunBackup
-from tfdist.train.resume_callbacks import ResumePoint, checkpoint_damage
+from tfdist.train.resume_callbacks import ResumePoint, set_aside_if_damaged
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
 
@@ -94,33 +96,78 @@ class TrackedEpochs(ResumePoint):
             self.outbox.put(metrics, step=epoch, timestamp=timestamp)
 
 
-class ChiefRun(TaskRun):
-    """A training run that tracks in MLflow, saves the model and reports: the only process, or a cluster's chief."""
+def train_chief(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None) -> TrainOutputs:
+    """The chief (or only process): build, fit, save and record; the stage's outputs.
 
-    #: The MLflow run of a damaged backup set aside at start, to close.
-    abandoned_run_id: str | None = None
+    A damaged backup is set aside before the cluster is joined: the other
+    workers build their strategy, and read the backup, only once the chief
+    has joined, so none restores from it.
+    """
+    trainer = TaskRun(config, spec, name, paths, task)
+    abandoned = None
+    if all(path.is_file() for path in trainer.data_files):  # else :meth:`TaskRun.load` names what is missing
+        trainer.key = trainer.run_key()  # hashes the prepared data: once, kept for load
+        abandoned = set_aside_if_damaged(paths.backups / name / trainer.key, spec.backup)
+    trainer.start()
+    trainer.load()
+    recorder = ChiefRun(config, spec, name, paths, trainer)
+    recorder.open(abandoned)
+    with recorder.recording() as recording:
+        with CpuMeter(recorder.training_root) as cpu:
+            result = trainer.fit([recording.epochs])
+        return recording.finish(result, cpu)
 
-    def start(self) -> None:
-        """Set a damaged backup aside, then build the strategy.
 
-        Before the cluster is joined: the other workers build theirs, and read
-        the backup, only once the chief has joined, so none restores from it.
-        A damaged backup never blocks training: it is kept for a look, out of
-        the way, and the run starts afresh (a crash costs a retraining, as it
-        would without backups).
-        """
-        if not all(path.is_file() for path in self.data_files):
-            return super().start()  # :meth:`load` names what is missing
-        self.key = self.run_key()  # hashes the prepared data: once, kept for :meth:`load`
-        backup = RunBackup(self.paths.backups / self.name / self.key).load()
-        why = backup.damage or checkpoint_damage(backup, self.spec.backup)
-        if why:
-            self.abandoned_run_id = backup.run_id  # closed once the store is open (:meth:`open`)
-            backup.set_aside(why)
-        super().start()
+@dataclass
+class Recording:
+    """One MLflow run being recorded: where the epochs go, the staged outputs, and the run's measures."""
 
-    def train(self) -> TrainOutputs:
-        """Track, train, save and report: what the train stage writes.
+    recorder: ChiefRun
+    run_id: str
+    outputs: atomic.Outputs
+    outbox: MetricsOutbox
+    patience: Patience
+    support: HardwareSupport
+    trained: TrainOutputs | None = None
+
+    @property
+    def epochs(self) -> TrackedEpochs:
+        """The callback that hands each backed-up epoch to the run."""
+        return TrackedEpochs(self.outbox, self.recorder.backup)
+
+    def finish(self, result: TrainResult, cpu: CpuMeter) -> TrainOutputs:
+        """Save the model, build (or reuse) the report, log the summary: what the stage writes once the run ends."""
+        recorder = self.recorder
+        self.patience.restart_clock()
+        digest = recorder.save(result, self.outputs.stage(recorder.paths.model), self.patience)
+        report = recorder.recorded_report(digest) or recorder.report(
+            result, digest, self.run_id, self.support, cpu,
+            step_costs(recorder.config, recorder.data, recorder.spec, recorder.info, result.model,
+                       result.global_batch_size))
+        recorder.backup.save(report=to_dict(report))
+        runs.log_metrics(mlflow_metrics(report), patience=self.patience)
+        self.outbox.flush()
+        crash_point("run.summary")
+        self.trained = TrainOutputs(report, result.history)
+        return self.trained
+
+
+class ChiefRun:
+    """Records a training run in MLflow, saves its model and reports it: the only process's, or a cluster's chief's.
+
+    It is handed the run's trainer (:class:`~tfdist.train.task_run.TaskRun`),
+    started and loaded; what the trainer's fit produces is handed to the
+    :class:`Recording` it opens.
+    """
+
+    def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, trainer: TaskRun):
+        self.config, self.spec, self.name, self.paths, self.task = config, spec, name, paths, trainer.task
+        self.info, self.data, self.backup, self.stale = trainer.info, trainer.data, trainer.backup, trainer.stale
+        self.train_split, self.val_split = trainer.train_split, trainer.val_split
+
+    @contextmanager
+    def recording(self) -> Iterator[Recording]:
+        """The run's MLflow run, open around training: the body fits, and hands the result to :meth:`Recording.finish`.
 
         The model, and with ``paths.reports`` the report and history, are
         staged and renamed into place together, only once the run has recorded
@@ -129,39 +176,29 @@ class ChiefRun(TaskRun):
         was, and the backup keeps what a rerun needs to finish into the same run
         without training.
         """
-        parent = self.open()
         support = announce(self.config.train.precision)
         resumed_run_id = self.backup.run_id
         patience = Patience(self.config.mlflow.outage_timeout, redact(self.config.mlflow.tracking_uri))
         run_id, outbox = resumed_run_id, None
         try:
             with atomic.atomic_outputs(crash_points=True) as outputs, runs.start_run(
-                    self.title, params=self.params(), tags=self.tags(support), resume_run_id=resumed_run_id, parent_run_id=parent,
-                    system_metrics=True, patience=patience) as run_id:
-                self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.key)
+                    self.title, params=self.params(), tags=self.tags(support), resume_run_id=resumed_run_id,
+                    parent_run_id=runs.execution_run(self.config), system_metrics=True, patience=patience) as run_id:
+                self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.backup.folder.name)
                 outbox = MetricsOutbox(run_id, patience)
                 try:
                     if run_id != resumed_run_id:  # a resumed run has its input already
                         self.log_dataset()
+                    recording = Recording(self, run_id, outputs, outbox, patience, support)
                     try:
-                        with CpuMeter(self.training_root) as cpu:
-                            result = self.fit([TrackedEpochs(outbox, self.backup)])
+                        yield recording
                     except Diverged as err:
                         runs.set_tags({"diverged.epoch": err.epoch, "diverged.step": err.step})
                         raise
-                    patience.restart_clock()
-                    digest = self.save(result, outputs.stage(self.paths.model), patience)
-                    report = self.recorded_report(digest) or self.report(
-                        result, digest, run_id, support, cpu,
-                        step_costs(self.config, self.data, self.spec, self.info, result.model,
-                                   result.global_batch_size))
-                    self.backup.save(report=to_dict(report))
-                    runs.log_metrics(mlflow_metrics(report), patience=patience)
-                    outbox.flush()
-                    crash_point("run.summary")
                 finally:
                     outbox.close()
-                trained = TrainOutputs(report, result.history)
+                trained = recording.trained
+                assert trained is not None, "the recording was finished"
                 if self.paths.reports is not None:
                     write_history(self.paths.reports / "history" / f"{self.name}.csv", trained.history, outputs=outputs)
                     write_report(self.paths.reports / f"{self.name}.json", trained.report, outputs=outputs)
@@ -169,7 +206,6 @@ class ChiefRun(TaskRun):
             unsent = outbox.unsent() if outbox else []
             raise StoreUnreachable(self.not_recorded(str(err), run_id, unsent, patience)) from None
         self.backup.remove()
-        return trained
 
     def recorded_report(self, digest: str) -> TrainReport | None:
         """The report a killed run of these params built and logged before its outputs were in place, if any.
@@ -201,21 +237,18 @@ class ChiefRun(TaskRun):
                 f"{self.backup.folder} keeps the trained weights and what was not sent; once the store answers, run "
                 "this stage again and it finishes into the same run without training again")
 
-    def open(self) -> str:
-        """Point tracking at the store (fails in seconds when it is bad); retire backups of changed params.
-
-        Returns the execution's parent run, under which this run nests.
-        """
+    def open(self, abandoned_run_id: str | None = None) -> None:
+        """Point tracking at the store (fails in seconds when it is bad); close the runs of backups set aside
+        (``abandoned_run_id``: a damaged one's) and retire those of changed params."""
         experiment.configure(self.config.mlflow)
-        if self.abandoned_run_id and runs.close_if_running(self.abandoned_run_id, "KILLED"):
+        if abandoned_run_id and runs.close_if_running(abandoned_run_id, "KILLED"):
             log.info("closed MLflow run %s as KILLED: its backup was damaged, so this run starts afresh",
-                     self.abandoned_run_id)
+                     abandoned_run_id)
         for backup in self.stale:
             if backup.run_id and runs.close_if_running(backup.run_id, "KILLED"):
                 log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
                          backup.run_id)
             backup.remove()
-        return runs.execution_run(self.config)
 
     @property
     def title(self) -> str:
@@ -293,9 +326,3 @@ def detect_hardware(cluster_hosts: list[str] | None) -> Hardware:
     models = [tf.config.experimental.get_device_details(gpu).get("device_name", "GPU") for gpu in gpus]
     return describe(kinds, models, cluster_hosts)
 
-
-def train_chief(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None) -> TrainOutputs:
-    """The chief (or only process): train, record the run in MLflow, and write the stage outputs."""
-    outputs = ChiefRun(config, spec, name, paths, task).run()
-    assert outputs is not None, "the chief writes the outputs"
-    return outputs

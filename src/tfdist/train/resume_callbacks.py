@@ -77,6 +77,21 @@ def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
     return None
 
 
+def set_aside_if_damaged(folder: Path, kind: str) -> str | None:
+    """Set the backup in ``folder`` aside when it is damaged; the MLflow run it named, to close (None: nothing set aside).
+
+    A damaged backup never blocks training: it is kept for a look, out of the
+    way, and the run starts afresh (a crash costs a retraining, as it would
+    without backups).
+    """
+    backup = RunBackup(folder).load()
+    why = backup.damage or checkpoint_damage(backup, kind)
+    if not why:
+        return None
+    backup.set_aside(why)
+    return backup.run_id or None
+
+
 def epochs_backed_up(backup: RunBackup, kind: str) -> int:
     """The epochs ``backup``'s model checkpoint finished (0: none), which a resumed ``fit`` starts after."""
     latest = _latest_checkpoint(backup, kind)

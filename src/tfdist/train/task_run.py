@@ -1,17 +1,17 @@
-"""One task's training run in this process (the chief's, or another worker's), as an outer loop of phases around ``fit``.
+"""The training every task of a run does (the chief's, or another worker's), as phases around ``fit``.
 
 In the spirit of orbit's Controller: the step (Keras's, or the custom loop's
-``train_step``) is :mod:`tfdist.train.fit`'s; this object owns everything
+``train_step``) is :mod:`tfdist.train.fit`'s; :class:`TaskRun` owns everything
 around it, one method per phase, each testable on its own:
 
 1. :meth:`TaskRun.start`: build the strategy, first thing (logical devices freeze after the first op);
 2. :meth:`TaskRun.load`: the prepared splits and this run's backup (resume after a crash);
-3. :meth:`TaskRun.fit`: train, backing up every epoch;
+3. :meth:`TaskRun.fit`: train, backing up every epoch.
 
-and, in the chief (or only) process, :class:`tfdist.train.chief_run.ChiefRun` adds
-tracking, saving and the report. Another worker of a cluster trains and leaves
-a record in a scratch folder; it never imports MLflow (seconds of CPU a worker
-would take from its peers at start-up).
+The chief (or only) process hands what it trains to a recorder
+(:func:`tfdist.train.chief_run.train_chief`). Another worker of a cluster
+(:func:`train_worker`) trains and leaves a record in a scratch folder; it never
+imports MLflow (seconds of CPU a worker would take from its peers at start-up).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tfdist.data.prepared import SPEC_FILE, DataSpec, Split, load_spec, load_spl
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
-from tfdist.reports import RunPaths, TrainOutputs
+from tfdist.reports import RunPaths
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import configure_collective_coordination
 from tfdist.train import collectives
@@ -61,12 +61,6 @@ class TaskRun:
         self.config, self.spec, self.name, self.paths, self.task = config, spec, name, paths, task
         self.stale: list[RunBackup] = []
         self.key = ""
-
-    def run(self) -> TrainOutputs | None:
-        """Every phase in order: the outputs for the chief (:class:`tfdist.train.chief_run.ChiefRun`), None for a worker."""
-        self.start()
-        self.load()
-        return self.train()
 
     def start(self) -> None:
         """Build the strategy, before any TensorFlow op runs; in a cluster, once every peer is up."""
@@ -134,18 +128,16 @@ class TaskRun:
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)
 
-    def train(self) -> TrainOutputs | None:
-        """A non-chief worker: train (the collectives need it), keep a record outside the stage outputs."""
-        assert self.task is not None, "only a cluster's tasks are not the chief"
-        result = self.fit(record_backup=False)
-        digest = weights_digest(result.model)
-        root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
-        path = Path(root) / self.name / f"{self.task.name}.json"
-        atomic.write_json(path, {"task": self.task.name, "weights_sha256": digest, "history": result.history})
-        log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)
-        return None
-
 
 def train_worker(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask) -> None:
-    """A cluster's worker other than the chief: train beside it (the collectives need every worker)."""
-    TaskRun(config, spec, name, paths, task).run()
+    """A cluster's worker other than the chief: train beside it (the collectives need it), keep a record outside the
+    stage outputs."""
+    trainer = TaskRun(config, spec, name, paths, task)
+    trainer.start()
+    trainer.load()
+    result = trainer.fit(record_backup=False)
+    digest = weights_digest(result.model)
+    root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
+    path = Path(root) / name / f"{task.name}.json"
+    atomic.write_json(path, {"task": task.name, "weights_sha256": digest, "history": result.history})
+    log.info("%s: final weights sha256 %s; not the chief, so saved only %s", task.name, digest, path)

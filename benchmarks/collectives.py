@@ -1,7 +1,7 @@
 """Benchmark: a bare all-reduce between two MultiWorkerMirrored processes, small and gradient-sized.
 
 Splits a collective's cost into latency and bytes: two worker processes on
-loopback all-reduce a 4-byte tensor and the seed MLP's 407,080 bytes of
+loopback all-reduce a 4-byte tensor and the mlp's 407,080 bytes of
 gradients, ``--steps`` times inside one ``tf.function`` (as ``fit`` runs its
 steps), median of ``--repeats`` calls: the train stage's own calibration
 (tfdist.train.collectives), run longer. The workers run with the project's
@@ -20,7 +20,7 @@ import sys
 
 from benchmarks.common import pinned, report_probes  # noqa: E402
 
-SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
+SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the mlp's parameters
 
 
 def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:

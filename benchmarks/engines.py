@@ -1,6 +1,6 @@
 """Benchmark: what each engine costs across machines, against TF_CONFIG by hand and the local launcher.
 
-multi_worker_mirrored, 2 workers, the seed MLP on 12,000 digits, on 2 test hosts
+multi_worker_mirrored, 2 workers, the mlp on 12,000 digits, on 2 test hosts
 (network namespaces with their own addresses and names, tests/helpers/netns.py):
 
 - **local launcher**: both workers on host 0's loopback, as ``dvc repro`` runs them;

@@ -45,7 +45,7 @@ def main() -> None:
     from tfdist.runtime import op_threads
 
     defaults = config()
-    intra, inter = op_threads(defaults)  # the seed MLP's (knobs measures it)
+    intra, inter = op_threads(defaults)  # the mlp's (knobs measures it)
     rows = []
     for steps in STEPS:
         speeds = [one(args.epochs, intra, inter, steps_per_execution=steps, jit_compile=jit) for jit in (False, True)]

@@ -3,7 +3,7 @@
 What parameter_server's worker must do every step whatever the model: read
 the variables from the ps (they live there) and send an update back. A worker
 process and a ps process on loopback (each pinned to a CPU of its own unless
-``--unpinned``), a variable on the ps of 4 bytes and of the seed MLP's 407,080
+``--unpinned``), a variable on the ps of 4 bytes and of the mlp's 407,080
 bytes; one ``tf.function`` reads it onto the worker and adds a worker-computed
 tensor of its size back, ``--steps`` times (as a closure packs its steps),
 median of ``--repeats`` calls. Then as a step moves them: the MLP's four
@@ -24,8 +24,8 @@ import sys
 
 from benchmarks.common import pinned, report_probes  # noqa: E402
 
-SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the seed MLP's parameters
-#: The seed MLP's variables (two kernels, two biases) and tf_keras's metric variables (loss and accuracy: total, count).
+SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the mlp's parameters
+#: The mlp's variables (two kernels, two biases) and tf_keras's metric variables (loss and accuracy: total, count).
 MODEL_TENSORS = ((784, 128), (128,), (128, 10), (10,))
 METRIC_VARIABLES = 4
 

@@ -1,6 +1,6 @@
 """Benchmark 7: the floor of a training step at batch 25, without Keras's ``fit`` around it.
 
-The seed MLP trained by the least code that still does a real step: the whole
+The mlp trained by the least code that still does a real step: the whole
 full-size training set as one tensor, each batch gathered by index inside one
 ``tf.function`` that runs ``--steps`` steps (no tf.data iterator per step), a
 ``GradientTape``, the fused legacy Adam update, a loss and an accuracy sum. Its

@@ -1,7 +1,7 @@
 """Benchmark: normal training's step at 1 thread per op and at every core, for each model kind.
 
 ``runtime.intra_op_threads: auto`` gives a model its kind's record's threads per op
-(:mod:`tfdist.model_kinds`): 1 for the seed MLP, every core of its process for any
+(:mod:`tfdist.model_kinds`): 1 for the mlp, every core of its process for any
 other; this measures why, through the real train stage on all of this machine's
 CPUs, the prepared digits tiled to 12,000.
 

@@ -152,7 +152,7 @@ def test_op_threads_are_auto_by_default_and_resolve_per_model_and_replicas(tmp_p
     assert load_config(tiny_params(tmp_path)).runtime.intra_op_threads == "auto"
     assert load_config(tiny_params(tmp_path), ("runtime.intra_op_threads=3",)).runtime.intra_op_threads == 3
     cpus = len(usable_cpus())
-    assert intra_op_threads("auto", "mlp", 1) == 1, "the seed MLP's ops are too small to split"
+    assert intra_op_threads("auto", "mlp", 1) == 1, "the mlp's ops are too small to split"
     assert intra_op_threads("auto", "cnn", 1) == cpus, "normal training gets every core the machine gives it"
     assert intra_op_threads("auto", "builder", 2) == max(1, cpus // 2), "two replicas in one process share them"
     assert intra_op_threads(3, "cnn", 2) == 3, "a number is taken as it is"

@@ -123,7 +123,7 @@ class ModelConfig:
     """What is trained (:mod:`tfdist.train.architectures`).
 
     Attributes:
-        kind: a kind of model (:data:`tfdist.model_kinds.KINDS`: the seed MLP, a convnet, the user's own).
+        kind: a kind of model (:data:`tfdist.model_kinds.KINDS`: the mlp, a convnet, the user's own).
         hidden_units: width of each hidden Dense layer (mlp).
         dropout: dropout rate before the output layer (mlp, cnn).
         builder: ``package.module:function`` (the user's own kind): called with the images' shape
@@ -277,7 +277,7 @@ class RuntimeConfig:
         intra_op_threads: threads one op may use (0: TensorFlow's choice, all
             cores). ``auto`` chooses per run what measured fastest for its model
             (:func:`tfdist.runtime.intra_op_threads`, docs/performance.md "Fair
-            baselines: threads per op"): 1 for the seed MLP, whose ops are too small to split;
+            baselines: threads per op"): 1 for the mlp, whose ops are too small to split;
             for any other model, the CPUs the process may use shared among its
             replicas, so normal training is never held to fewer cores than a
             distributed run uses.
@@ -287,13 +287,13 @@ class RuntimeConfig:
             ``enabled``, ``disabled``, ``tensorflow`` (the variable as the environment sets it,
             else TensorFlow's own default, which is off on x86 CPUs without AVX-512), or
             ``auto``: as the model kind's record says (:mod:`tfdist.model_kinds`): on for the
-            convnet and a user's model, off for the seed MLP, whose numbers then stay comparable
+            convnet and a user's model, off for the mlp, whose numbers then stay comparable
             across runs; and on under ``mixed_bfloat16``, whose fast kernels are oneDNN's
             (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
         allocator: the C allocator a training process runs with (:func:`tfdist.runtime.run_under_allocator`):
             ``jemalloc`` or ``tcmalloc`` (preloaded: the stage re-executes itself once, before it
             does anything), ``system`` (glibc's malloc), or ``auto``: as the model kind's record says
-            (:mod:`tfdist.model_kinds`): for the seed MLP jemalloc, else tcmalloc, where installed
+            (:mod:`tfdist.model_kinds`): for the mlp jemalloc, else tcmalloc, where installed
             (``make install`` installs Debian's libjemalloc2), else glibc's; glibc's for the convnet and
             a user's model. glibc hands the large buffers of TensorFlow's gRPC exchanges back to the
             kernel and faults them in again every step (docs/performance/parallelism.md 8b), but the

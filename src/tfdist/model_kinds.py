@@ -45,7 +45,7 @@ class ModelKind:
             (ops too small to split across cores) or ``share`` (the process's CPUs shared among its replicas).
         onednn: whether ``runtime.onednn: auto`` turns TensorFlow's oneDNN kernels on for it.
         preloads_allocator: whether ``runtime.allocator: auto`` preloads jemalloc (or tcmalloc) for it, or
-            keeps glibc's malloc (docs/performance/parallelism.md 8b and 8c: faster for the seed MLP's
+            keeps glibc's malloc (docs/performance/parallelism.md 8b and 8c: faster for the mlp's
             multi-worker step, slower for the convnet's at batch 256).
         takes_builder: whether it is the user's own, built by ``model.builder``.
     """
@@ -63,7 +63,7 @@ class ModelKind:
 
 
 KINDS: dict[str, ModelKind] = {kind.name: kind for kind in (
-    ModelKind("mlp", "the seed MLP: the flat pixels -> Dense(relu) per model.hidden_units -> Dropout -> Dense(K, softmax)",
+    ModelKind("mlp", "an MLP: the flat pixels -> Dense(relu) per model.hidden_units -> Dropout -> Dense(K, softmax)",
               layers="mlp_layers", weighted_layers=lambda model: len(model.hidden_units) + 1,
               weighted_words=lambda model: f"model.hidden_units {model.hidden_units} and the output",
               split_hint=" or add hidden layers", threads_per_op="one", onednn=False,

@@ -125,7 +125,7 @@ def onednn_enabled(setting: str, model_kind: str, precision: str = "float32") ->
     """Whether ``runtime.onednn`` turns oneDNN on for ``model_kind`` in ``precision``; None leaves it to TensorFlow.
 
     ``auto`` follows the kind's record (on for the kinds oneDNN speeds up, a
-    convnet's convolutions; off for the seed MLP, whose float32 results then
+    convnet's convolutions; off for the mlp, whose float32 results then
     stay those of earlier runs, as oneDNN rounds differently), and is on for a
     precision only oneDNN computes fast (:data:`ONEDNN_PRECISIONS`).
     docs/performance.md, "oneDNN" and "Precision and loop".
@@ -203,7 +203,7 @@ def server_config(intra_op: int) -> Any:
 
     A server's pools are its own: :func:`configure_threads` sets the process's
     eager context, which the functions a coordinator sends it do not run in.
-    The seed MLP's one thread per op on the ps too: a worker's step measured
+    The mlp's one thread per op on the ps too: a worker's step measured
     faster in 5 of 5 alternated rounds (docs/performance/parallelism.md, 8c).
     """
     inter_op = max(SERVER_MIN_INTER_OP_THREADS, len(usable_cpus()))

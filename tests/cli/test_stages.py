@@ -94,7 +94,7 @@ def test_train_evaluate_compare(workdir, prepared_copy):
     report = json.loads((workdir / "reports" / "train" / "mirrored.json").read_text())
     assert report["replicas"] == SPLIT_REPLICAS and report["global_batch_size"] == 32 * SPLIT_REPLICAS
     assert report["val_accuracy"] > 0.8
-    assert report["threads"]["onednn"] is False, "runtime.onednn auto: off for the seed MLP, as TensorFlow reports"
+    assert report["threads"]["onednn"] is False, "runtime.onednn auto: off for the mlp, as TensorFlow reports"
     assert (workdir / "models" / "mirrored" / "MLmodel").is_file()
     history = (workdir / "reports" / "train" / "history" / "mirrored.csv").read_text().splitlines()
     assert history[0].startswith("epoch,loss,accuracy,val_loss,val_accuracy") and len(history) == 3

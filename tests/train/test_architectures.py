@@ -1,4 +1,4 @@
-"""Model kinds: the seed MLP, Keras's simple MNIST convnet, and the user's own builder, each with what it refuses."""
+"""Model kinds: the mlp, Keras's simple MNIST convnet, and the user's own builder, each with what it refuses."""
 
 import numpy as np
 import pytest

@@ -9,6 +9,7 @@ from tfdist.config import MlflowConfig, load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.hardware import CpuMeter
 from tfdist.reports import RunPaths, TrainReport, read_report, write_report
+from tfdist.tf_imports import tf
 from tfdist.tracking import experiment, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience
 from tfdist.train.chief_run import ChiefRun, TrackedEpochs
@@ -38,6 +39,10 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
         result = trainer.fit()
     assert [row["epoch"] for row in result.history] == [1]
     assert (trainer.backup.folder / "state.json").is_file(), "the epoch was backed up"
+    index = next(trainer.backup.folder.rglob("*.index"))
+    names = [name for name, _ in tf.train.list_variables(str(index.with_suffix("")))]
+    assert names and not [name for name in names if "Sequential" in name or "Classifier" in name], (
+        "a backup names no model class, so renaming one keeps old backups restoring")
     digest = run.save(result, paths.model, Patience(30.0, "the test store"))
     assert (paths.model / "MLmodel").is_file() and len(digest) == 64
 

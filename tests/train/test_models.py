@@ -6,7 +6,7 @@ import pytest
 from tfdist.config import ModelConfig
 from tfdist.distribute.placement import device_of
 from tfdist.tf_imports import keras
-from tfdist.train.models import DigitClassifier, PipelineClassifier, build_model, build_sequential
+from tfdist.train.models import CustomLoopClassifier, PipelineClassifier, build_model, build_sequential
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, TWO_DEVICES
 from helpers.digits import MNIST
@@ -44,7 +44,7 @@ def test_model_parallel_puts_layers_on_two_devices_and_steps_like_one_device(loo
 @pytest.mark.parametrize("micro_batches", [1, 4, 6])
 def test_a_pipelined_step_applies_the_full_batch_gradient(micro_batches):
     keras.utils.set_random_seed(4)
-    whole = DigitClassifier(MODEL, MNIST)
+    whole = CustomLoopClassifier(MODEL, MNIST)
     whole.build((None, 784))
     pipelined = PipelineClassifier(MODEL, MNIST, TWO_DEVICES, micro_batches)
     pipelined.build((None, 784))

@@ -87,7 +87,7 @@ class StepSeededDropout(keras.layers.Layer):
 
 
 def mlp_layers(config: ModelConfig, data: DataSpec) -> list[keras.layers.Layer]:
-    """The seed MLP's layers (on the flat pixels, whatever the images' shape)."""
+    """The mlp's layers (on the flat pixels, whatever the images' shape)."""
     return [*(keras.layers.Dense(units, activation="relu") for units in config.hidden_units),
             StepSeededDropout(config.dropout), _probabilities(data)]
 

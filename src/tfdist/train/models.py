@@ -73,7 +73,7 @@ class ReadsMetricsOncePerExecution(keras.Model):
         return {}
 
 
-class SeedSequential(ReadsMetricsOncePerExecution, keras.Sequential):
+class FitSequential(ReadsMetricsOncePerExecution, keras.Sequential):
     """The Sequential model as ``fit`` trains it; what is saved is a plain Sequential (:func:`export_copy`)."""
 
 
@@ -91,17 +91,17 @@ def build_sequential(config: ModelConfig, data: DataSpec, devices: list[str] | N
 
 def build_model(config: ModelConfig, data: DataSpec, loop: str, devices: list[str] | None = None,
                 micro_batches: int = 1, pipelined: bool = False) -> keras.Model:
-    """The model of ``model.kind`` for ``loop``: Sequential for ``fit``, :class:`DigitClassifier` for ``custom``.
+    """The model of ``model.kind`` for ``loop``: Sequential for ``fit``, :class:`CustomLoopClassifier` for ``custom``.
 
     ``devices`` splits its layers over them; ``pipelined`` (with ``devices``)
     makes it a :class:`PipelineClassifier` cutting each batch into ``micro_batches``.
     """
     if loop == "custom":
         model = (PipelineClassifier(config, data, devices, micro_batches) if pipelined else
-                 DigitClassifier(config, data, devices))
+                 CustomLoopClassifier(config, data, devices))
         model.build((None, data.features))
         return model
-    return build_sequential(config, data, devices, SeedSequential)
+    return build_sequential(config, data, devices, FitSequential)
 
 
 def _layers(config: ModelConfig, data: DataSpec, devices: list[str] | None) -> list[keras.layers.Layer]:
@@ -140,7 +140,7 @@ class MaxMetric(keras.metrics.Metric):
         return tf.identity(self.maximum)
 
 
-class DigitClassifier(ReadsMetricsOncePerExecution):
+class CustomLoopClassifier(ReadsMetricsOncePerExecution):
     """The model of ``model.kind``, subclassed: ``call`` drives Dropout, and the steps are its own.
 
     ``train_step`` follows the custom-training-loop recipe: forward pass under a
@@ -231,7 +231,7 @@ class DigitClassifier(ReadsMetricsOncePerExecution):
         return {m.name: m.result() for m in self.metrics}
 
 
-class PipelineClassifier(DigitClassifier):
+class PipelineClassifier(CustomLoopClassifier):
     """The model split into stages on devices, trained GPipe style (pipeline parallelism).
 
     Each global batch is cut into ``micro_batches`` equal pieces. For each, a

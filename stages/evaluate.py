@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
-from tfdist import atomic
 from tfdist.config import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
+from tfdist.files import atomic, disk
 from tfdist.reports import write_report
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
@@ -32,7 +32,7 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
     with stage_errors():
         config = load_config(params_path, overrides)
         chosen = [check_run_name(name) for name in names or config.run_names]
-        atomic.check_writable(reports_dir)
+        disk.check_writable(reports_dir)
         chosen = list(dict.fromkeys(chosen))
         stage_started(*(path for name in chosen
                         for path in (reports_dir / f"{name}.json", reports_dir / "confusion" / f"{name}.csv")))

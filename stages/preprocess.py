@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
-from tfdist import atomic
 from tfdist.config import load_config
 from tfdist.data.stage import preprocess
+from tfdist.files import atomic, disk
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
 
@@ -23,7 +23,7 @@ def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: P
     """Load MNIST from data.source, normalise to [0, 1], split train/val/test by label."""
     with stage_errors():
         config = load_config(params_path, overrides)
-        atomic.check_writable(out_dir, report)
+        disk.check_writable(out_dir, report)
         stage_started(out_dir, report)
         with atomic.atomic_outputs(crash_points=True) as outputs:  # the data and its summary, all or none
             atomic.write_json(report, preprocess(config, out_dir, outputs=outputs), outputs=outputs)

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
-from tfdist.atomic import check_writable
 from tfdist.config import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
+from tfdist.files.disk import check_writable
 from tfdist.reports import RunPaths
 from tfdist.runtime import run_under_allocator
 from tfdist.train.stage import train

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from tfdist import atomic
+from tfdist.errors import DiskFull
+from tfdist.files import atomic, disk, locks
 
 
 def test_failed_write_leaves_the_old_file_and_no_temporaries(tmp_path):
@@ -42,7 +43,7 @@ def test_outputs_staged_together_replace_none_when_one_fails(tmp_path):
 
 
 def test_a_full_disk_is_one_line_naming_the_target_and_its_bytes(tmp_path):
-    with pytest.raises(atomic.DiskFull) as caught, atomic.atomic_outputs() as outputs:
+    with pytest.raises(DiskFull) as caught, atomic.atomic_outputs() as outputs:
         staged = outputs.stage(tmp_path / "out.csv", size=2048)
         raise OSError(28, "No space left on device", str(staged))  # what a write to the staged file raises
     assert str(caught.value).startswith(f"no space left on the device of {tmp_path / 'out.csv'} (it needs 2.0 KiB, ")
@@ -50,7 +51,7 @@ def test_a_full_disk_is_one_line_naming_the_target_and_its_bytes(tmp_path):
 
 
 def test_check_writable_names_the_nearest_folder_and_creates_nothing(tmp_path):
-    atomic.check_writable(tmp_path / "a" / "b" / "c.json")
+    disk.check_writable(tmp_path / "a" / "b" / "c.json")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -60,17 +61,17 @@ def test_a_lock_held_by_another_process_is_waited_for_within_its_bound_and_freed
     if kind == "folder":
         path.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from tfdist.atomic import exclusive_lock\n"
+        "import sys, time; from tfdist.files.locks import exclusive_lock\n"
         f"with exclusive_lock({str(path)!r}):\n    print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(TimeoutError, match="has held .*store.lock for 0 s"), atomic.exclusive_lock(path, 0.3):
+        with pytest.raises(TimeoutError, match="has held .*store.lock for 0 s"), locks.exclusive_lock(path, 0.3):
             pass
     finally:
         holder.kill()  # SIGKILL: no finally of its own runs, the kernel releases the lock
         holder.wait(timeout=30)
-    with atomic.exclusive_lock(path, 5.0):
+    with locks.exclusive_lock(path, 5.0):
         pass
     assert kind == "file" or list(path.iterdir()) == [], "a folder is locked itself, nothing is left in it"
 
@@ -78,7 +79,7 @@ def test_a_lock_held_by_another_process_is_waited_for_within_its_bound_and_freed
 def _stage_and_hold(target):
     """A process that stages ``target`` and holds it there (as a stage killed mid-write would have, while alive)."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from tfdist.atomic import atomic_outputs\n"
+        "import time; from tfdist.files.atomic import atomic_outputs\n"
         f"with atomic_outputs() as outputs:\n    outputs.stage({str(target)!r}).write_text('half')\n"
         "    print('staged', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "staged"
@@ -94,7 +95,7 @@ def test_a_staging_folder_is_swept_once_its_writer_is_dead_and_not_before(tmp_pa
         assert atomic.sweep_staging(target) == [], "a living writer's folder is left alone, whatever its age"
         holder.kill()  # SIGKILL: nothing of its own cleans up
         holder.wait(timeout=30)
-        with caplog.at_level("INFO", logger="tfdist.atomic"):
+        with caplog.at_level("INFO", logger="tfdist.files.atomic"):
             assert atomic.sweep_staging(target, tmp_path / "reports" / "normal.json") == [staged]
         assert not staged.exists() and not target.exists()
         assert f"removed 1 staging folder(s) a killed stage left: {staged}" in caplog.text

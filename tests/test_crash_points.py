@@ -21,7 +21,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from tfdist.atomic import CRASH_POINTS, CRASH_STAGES, crash_points_of
+from tfdist.crash_points import CRASH_POINTS, CRASH_STAGES, crash_points_of
 
 from helpers.crash import TRAINING_POINTS, Workspace, debris, metrics_logged_twice_at_a_step, run_stage, walk
 

@@ -17,7 +17,7 @@ SRC = REPO / "src"
 #: Leaves (errors, config, atomic writes, logs, hardware, TensorFlow imports) hold up everything;
 #: data/ feeds distribute/, which cluster/ stands on beside tracking/; the stages' rooms are on top.
 FLOORS = {
-    "tfdist": 0, "tfdist.errors": 0, "tfdist.atomic": 0, "tfdist.native_logs": 0, "tfdist.workspace": 0,
+    "tfdist": 0, "tfdist.errors": 0, "tfdist.files": 0, "tfdist.crash_points": 0, "tfdist.native_logs": 0,
     "tfdist.hardware": 0, "tfdist.tf_imports": 0, "tfdist.tf_private": 0, "tfdist.runtime": 0, "tfdist.config": 0,
     "tfdist.reports": 0, "tfdist.measures": 0, "tfdist.model_kinds": 0,
     "tfdist.data": 1,

@@ -1,11 +1,11 @@
-"""Folders only their owner may enter (``tfdist.workspace.private_folder``), tried as another local user."""
+"""Folders only their owner may enter (``tfdist.files.workspace.private_folder``), tried as another local user."""
 
 import os
 
 import pytest
 
 from tfdist.errors import InputError
-from tfdist.workspace import private_folder
+from tfdist.files.workspace import private_folder
 
 from helpers.intruder import readable_by_others
 

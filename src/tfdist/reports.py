@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tfdist import atomic
 from tfdist.config import build_record
 from tfdist.errors import InputError
+from tfdist.files import atomic
 from tfdist.hardware import Hardware, MachineNoise
 from tfdist.measures import Ratio, measure
 

@@ -21,8 +21,9 @@ from typing import Any
 
 import click
 
-from tfdist import atomic, native_logs
+from tfdist import crash_points, native_logs
 from tfdist.errors import InputError, Interrupted, TaskFailed, TfdistError
+from tfdist.files import atomic, disk
 
 
 def program(name: str) -> str | None:
@@ -99,7 +100,7 @@ def stage_errors() -> Iterator[None]:
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    atomic.arm_crash_points()
+    crash_points.arm_crash_points()
     try:
         yield
     except KeyboardInterrupt:
@@ -117,7 +118,7 @@ def stage_errors() -> Iterator[None]:
         exit_code = _disk_trouble(err)
         if exit_code is None:
             raise
-        what = atomic.disk_full_line(err) if exit_code == 1 else str(err)
+        what = disk.disk_full_line(err) if exit_code == 1 else str(err)
         if "database or disk is full" in what and "mlflow" in sys.modules:  # SQLite's words: the tracking store's disk
             what = f"mlflow.tracking_uri {sys.modules['mlflow'].get_tracking_uri()}: {what}"
         click.echo(f"error: {what}; free some space or make the folder writable, and run again", err=True)
@@ -128,15 +129,15 @@ def stage_started(*outputs: Path) -> None:
     """What every stage does once its params are read: remove what a killed run left of its ``outputs``, then go on.
 
     The staging folders of ``outputs`` no living process holds are swept
-    (:func:`tfdist.atomic.sweep_staging`); then the ``start`` crash point.
+    (:func:`tfdist.files.atomic.sweep_staging`); then the ``start`` crash point.
     """
     atomic.sweep_staging(*outputs)
-    atomic.crash_point("start")
+    crash_points.crash_point("start")
 
 
 def _disk_trouble(err: Exception) -> int | None:
     """The exit code for a disk that filled (1) or cannot be written (2); None for any other error (a bug: traceback)."""
-    if atomic.is_disk_full(err):
+    if disk.is_disk_full(err):
         return 1
     if isinstance(err, OSError) and err.errno == errno.EROFS:
         return 2

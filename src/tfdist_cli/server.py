@@ -16,9 +16,9 @@ import os
 import click
 
 from tfdist.errors import InputError
+from tfdist.files.workspace import private_folder, workspace_root
 from tfdist.tracking import object_store
 from tfdist.tracking.store import probe_store, redact, store_uri
-from tfdist.workspace import private_folder, workspace_root
 from tfdist_cli.contract import stage_errors
 from tfdist_cli.serving import (
     WILDCARD_HOSTS,

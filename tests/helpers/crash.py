@@ -1,4 +1,4 @@
-"""Walking a stage through its crash points (tfdist.atomic's crash points): killed for real at each, then let finish.
+"""Walking a stage through its crash points (tfdist.crash_points): killed for real at each, then let finish.
 
 A walk kills the stage at its first point, runs it again to be killed at the next, and so on,
 then runs it to the end: each rerun starts from whatever the kills before it left (a crash
@@ -20,7 +20,7 @@ from typing import Any
 
 import mlflow
 
-from tfdist.atomic import CRASH_ENV, CRASH_GROUP_ENV, crash_points_of
+from tfdist.crash_points import CRASH_ENV, CRASH_GROUP_ENV, crash_points_of
 
 from helpers.project import REPO, local_mode_environment, running_stage_tasks, tiny_params
 

@@ -8,10 +8,10 @@ import pytest
 
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError
+from tfdist.files.workspace import workspace_root
 from tfdist.tracking import experiment, models, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience
 from tfdist.tracking.store import redact, store_uri
-from tfdist.workspace import workspace_root
 
 from helpers.digits import MNIST
 from helpers.project import tiny_params

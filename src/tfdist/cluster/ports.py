@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
-from tfdist.atomic import exclusive_lock
 from tfdist.errors import RunError
+from tfdist.files.locks import exclusive_lock
 
 LOOPBACK = "127.0.0.1"
 

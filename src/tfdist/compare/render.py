@@ -15,10 +15,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure  # pyplot-free: files only, no display or backend needed
 
-from tfdist import atomic
 from tfdist.compare.comparison import ROW_RECORDS, Comparison, Projection, RunRow
 from tfdist.compare.compute import training_seconds
 from tfdist.compare.noise import median_interval, steady
+from tfdist.files import atomic
 from tfdist.measures import Table, banded, columns
 
 #: Figure file names, in the order the document shows them (the projection's only where a run was projected).

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import atomic
 from tfdist.errors import InputError, RunError
+from tfdist.files import atomic
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import atomic
 from tfdist.config import Config, DataConfig
 from tfdist.data.prepared import DataSpec, PreparedData, Split, save_prepared, splits_digest
 from tfdist.data.sources import RawImages, load_source
 from tfdist.errors import InputError
+from tfdist.files import atomic
 
 log = logging.getLogger(__name__)
 

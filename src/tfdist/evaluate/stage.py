@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.atomic import crash_point
 from tfdist.config import Config
+from tfdist.crash_points import crash_point
 from tfdist.data.prepared import DataSpec, Split, load_spec, load_split, scaled
 from tfdist.measures import mlflow_metrics
 from tfdist.reports import EvalReport, TrainReport, from_dict, read_report

@@ -17,13 +17,14 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from tfdist.atomic import exclusive_lock, read_only
 from tfdist.config import MlflowConfig
 from tfdist.errors import InputError, RunError
+from tfdist.files.disk import read_only
+from tfdist.files.locks import exclusive_lock
+from tfdist.files.workspace import private_folder, workspace_root
 from tfdist.tracking.mlflow_private import forget_engine, schema_revisions
 from tfdist.tracking.schema import create_from_schema, discard_schema
 from tfdist.tracking.store import DATABASE_DRIVERS, probe_store, redact, sqlite_path, store_uri
-from tfdist.workspace import private_folder, workspace_root
 
 # The UI opens an experiment of this kind on its training runs (not the GenAI overview).
 _EXPERIMENT_KIND = "mlflow.experimentKind"

@@ -18,7 +18,7 @@ import mlflow
 from mlflow.entities import LoggedModelStatus
 from mlflow.models import infer_signature
 
-from tfdist.atomic import crash_point
+from tfdist.crash_points import crash_point
 from tfdist.errors import InputError
 from tfdist.tracking.outage import Patience
 

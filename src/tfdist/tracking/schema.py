@@ -21,7 +21,8 @@ from pathlib import Path
 
 import mlflow
 
-from tfdist.atomic import atomic_path, exclusive_lock
+from tfdist.files.atomic import atomic_path
+from tfdist.files.locks import exclusive_lock
 from tfdist.tracking.mlflow_private import initialize_tables
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from tfdist.errors import InputError, RunError
-from tfdist.workspace import workspace_root
+from tfdist.files.workspace import workspace_root
 
 log = logging.getLogger(__name__)
 

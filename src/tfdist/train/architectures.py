@@ -33,9 +33,9 @@ import numpy as np
 from tfdist.config import ModelConfig
 from tfdist.data.prepared import DataSpec
 from tfdist.errors import InputError
+from tfdist.files.workspace import workspace_root
 from tfdist.model_kinds import model_kind
 from tfdist.tf_imports import keras, tf
-from tfdist.workspace import workspace_root
 
 
 def layer_stack(config: ModelConfig, data: DataSpec, exported: bool = False) -> list[keras.layers.Layer]:

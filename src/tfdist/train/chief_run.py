@@ -18,14 +18,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tfdist import atomic
-from tfdist.atomic import crash_point
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.config import MIXED_PRECISIONS, Config, to_flat_dict
+from tfdist.crash_points import crash_point
 from tfdist.data.prepared import load_split, scaled, splits_digest
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
+from tfdist.files import atomic
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.measures import mlflow_metrics
 from tfdist.reports import (

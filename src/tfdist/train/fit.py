@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import atomic
 from tfdist.config import Config, TrainConfig
 from tfdist.data.prepared import DataSpec, Split, scaled
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
+from tfdist.files import disk
 from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS, CollectiveCosts
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
@@ -144,9 +144,9 @@ def train_model(
             verbose=2,
         )
     except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
-        if backup is None or not atomic.is_disk_full(err):
+        if backup is None or not disk.is_disk_full(err):
             raise
-        raise atomic.disk_full_in(backup.folder.parent.parent, "while backing up an epoch",
+        raise disk.disk_full_in(backup.folder.parent.parent, "while backing up an epoch",
                                   "training resumes from the last epoch backed up") from None
     seconds = time.perf_counter() - started
     history = _epochs(fit.history, fit.epoch)

@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfdist import atomic
 from tfdist.cluster.processes import ProcessGroup
 from tfdist.config import NORMAL_RUN, Config
 from tfdist.distribute.registry import NORMAL_STRATEGY
 from tfdist.errors import InputError, RunError
+from tfdist.files import atomic
 from tfdist.reports import Repeat, planned
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist import atomic
 from tfdist.config import Config, identifying_params
+from tfdist.files import atomic
 
 log = logging.getLogger(__name__)
 

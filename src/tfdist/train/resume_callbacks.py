@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfdist.atomic import crash_point
+from tfdist.crash_points import crash_point
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import backup_and_restore_checkpoint, backup_and_restore_epochs
 from tfdist.train.resume import RunBackup
@@ -148,7 +148,7 @@ class _ResumeAnnouncer(ResumePoint):
 
 
 class _CrashPoint(keras.callbacks.Callback):
-    """A crash point (:func:`tfdist.atomic.crash_point`) passed at each epoch's end, between the backup's steps."""
+    """A crash point (:func:`tfdist.crash_points.crash_point`) passed at each epoch's end, between the backup's steps."""
 
     def __init__(self, name: str):
         super().__init__()

@@ -27,12 +27,12 @@ from tfdist.config import Config
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec, get_spec
 from tfdist.errors import InputError
+from tfdist.files.workspace import private_folder
 from tfdist.reports import RunPaths, TrainOutputs
 from tfdist.runtime import configure_runtime
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.checks import check_config
 from tfdist.train.resume import close_stopped_runs
-from tfdist.workspace import private_folder
 
 
 def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, launch: Sequence[str] = ()

@@ -25,7 +25,8 @@ import numpy as np
 import yaml
 
 import tfdist  # noqa: F401  (selects tf_keras before TensorFlow loads)
-from tfdist.config import Config, load_config
+from tfdist.config.knobs import Config
+from tfdist.config.params import load_config
 from tfdist.data.prepared import MNIST_CLASSES, DataSpec, Split, load_spec, load_split, scaled
 
 PREPARED = Path("data/prepared")

@@ -56,8 +56,8 @@ from benchmarks.results import Result, median, spread  # noqa: E402
 from benchmarks.stage import TARGETS, data_folder, measured, model_settings, run, stage_command  # noqa: E402
 from tfdist.cluster.processes import task_cpus  # noqa: E402
 from tfdist.compare.compute import build_comparison, time_to_accuracy  # noqa: E402
-from tfdist.config import CompareConfig  # noqa: E402
-from tfdist.reports import EvalReport, TrainReport, read_report  # noqa: E402
+from tfdist.config.knobs import CompareConfig  # noqa: E402
+from tfdist.records.reports import EvalReport, TrainReport, read_report  # noqa: E402
 
 from helpers import cpu_share, netns  # noqa: E402
 

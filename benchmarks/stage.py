@@ -20,7 +20,7 @@ import numpy as np
 
 from benchmarks.common import PREPARED, prepared, step_ms
 from tfdist.data.prepared import SPEC_FILE
-from tfdist.reports import read_history
+from tfdist.records.history import read_history
 
 #: Training digits each run reads: the offline sample tiled, so per-epoch costs weigh as on a larger set.
 ROWS = 12_000

@@ -8,7 +8,7 @@ import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
 from tfdist.compare.stage import compare
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.files.disk import check_writable
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 

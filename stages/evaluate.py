@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
-from tfdist.config import check_run_name, load_config
+from tfdist.config.params import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
 from tfdist.files import atomic, disk
-from tfdist.reports import write_report
+from tfdist.records.reports import write_report
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 
 

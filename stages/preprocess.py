@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.data.stage import preprocess
 from tfdist.files import atomic, disk
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started

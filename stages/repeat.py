@@ -8,7 +8,7 @@ import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
 from stages import train as train_stage  # each repeat runs it, as a child process
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.files.disk import check_writable
 from tfdist.train.repeats import MANIFEST, RepeatPaths, run_repeats
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started

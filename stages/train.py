@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 import stages  # noqa: F401  (first: it filters TensorFlow's native start-up chatter before TensorFlow loads)
-from tfdist.config import check_run_name, load_config
+from tfdist.config.params import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.files.disk import check_writable
-from tfdist.reports import RunPaths
+from tfdist.records.run_names import RunPaths
 from tfdist.runtime import run_under_allocator
 from tfdist.train.stage import train
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started

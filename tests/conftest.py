@@ -121,7 +121,7 @@ def params_file(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def prepared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled sample, preprocessed once per session."""
-    from tfdist.config import load_config
+    from tfdist.config.params import load_config
     from tfdist.data.stage import preprocess
 
     root = tmp_path_factory.mktemp("prepared")

@@ -5,16 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfdist.config import (
-    ROLES,
-    Config,
-    ConfigError,
-    check_run_name,
-    knob_roles,
-    load_config,
-    parse_override,
-    to_flat_dict,
-)
+from tfdist.config.knobs import ROLES, Config, ConfigError
+from tfdist.config.params import check_run_name, knob_roles, load_config, parse_override, to_flat_dict
 from tfdist.train.resume import run_key
 
 from helpers.project import REPO, tiny_params

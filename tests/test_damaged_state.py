@@ -357,7 +357,7 @@ def test_a_damaged_schema_cache_is_made_again(trained, tmp_path, monkeypatch):
 def test_a_schema_cache_of_another_mlflow_revision_is_made_again(trained, tmp_path, monkeypatch):
     import mlflow
 
-    from tfdist.config import MlflowConfig
+    from tfdist.config.knobs import MlflowConfig
     from tfdist.tracking.experiment import configure
     from tfdist.tracking.schema import CACHE_ENV
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tfdist import reports
 from tfdist.compare.comparison import headline_metrics, to_json
 from tfdist.compare.compute import build_comparison
 from tfdist.compare.render import render_markdown
-from tfdist.measures import Ratio, measure, mlflow_metrics, ratio
-from tfdist.reports import TrainReport, read_report, write_report
+from tfdist.records import reports
+from tfdist.records.measures import Ratio, measure, mlflow_metrics, ratio
+from tfdist.records.reports import TrainReport, read_report, write_report
 
 from helpers.reports import eval_report, train_report
 

@@ -6,7 +6,7 @@ import pytest
 
 from tfdist.errors import InputError
 from tfdist.hardware import describe
-from tfdist.reports import EvalReport, TrainReport, read_report, to_dict, write_report
+from tfdist.records.reports import EvalReport, TrainReport, read_report, to_dict, write_report
 
 from helpers.reports import train_report
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tfdist import runtime
-from tfdist.config import ALLOCATORS
+from tfdist.config.knobs import ALLOCATORS
 from tfdist.errors import InputError
 from tfdist.runtime import ALLOCATOR_LIBRARIES, SERVER_MIN_INTER_OP_THREADS, allocator_library, onednn_enabled, server_config
 
@@ -38,7 +38,7 @@ def test_a_server_loads_tensorflow_without_tf_keras_which_stays_importable():
 ONEDNN = """
 import logging, os, sys
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.runtime import configure_runtime
 config = load_config(sys.argv[1], [f"runtime.onednn={sys.argv[2]}"])
 configure_runtime(config)

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from tfdist.measures import measure
+from tfdist.records.measures import measure
 
 #: Host names that mean "this machine" in a cluster spec.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")

@@ -25,7 +25,7 @@ from tfdist.model_kinds import model_kind as model_kind_of
 from tfdist.native_logs import exec_program
 
 if TYPE_CHECKING:
-    from tfdist.config import Config
+    from tfdist.config.knobs import Config
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from typing import Any
 import click
 
 from tfdist import native_logs
-from tfdist.config import dotted_keys, knob_roles
+from tfdist.config.params import dotted_keys, knob_roles
 from tfdist.errors import InputError, RunError
-from tfdist.measures import interval_text
+from tfdist.records.measures import interval_text
 from tfdist_cli.contract import required_program, stage_errors
 
 #: Columns of ``dvc exp show`` that are not knobs: dependency hashes (``path/to/file``) and the date.

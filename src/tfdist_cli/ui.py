@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.errors import InputError
 from tfdist.tracking import addresses
 from tfdist.tracking.store import probe_store, redact, sqlite_path, store_uri

@@ -58,7 +58,7 @@ def test_ui_needs_a_store_and_a_free_port(workdir):
     assert result.exit_code == 2
     assert "mlflow.tracking_uri sqlite:///" in result.output and "no store there yet; run the pipeline first" in result.output
 
-    from tfdist.config import load_config
+    from tfdist.config.params import load_config
     from tfdist.tracking import experiment
 
     experiment.configure(load_config(workdir / "params.yaml").mlflow)
@@ -97,7 +97,7 @@ def test_experiments_fit_a_120_column_terminal_with_runs_as_rows_and_what_change
 
 
 def test_a_flag_that_would_open_a_door_to_others_is_refused_in_one_line(workdir):
-    from tfdist.config import load_config
+    from tfdist.config.params import load_config
     from tfdist.tracking import experiment
 
     experiment.configure(load_config(workdir / "params.yaml").mlflow)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tfdist.cluster.launcher import local_cluster
-from tfdist.config import DistributedConfig
+from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.registry import get_spec
 
 from helpers.project import REPO, process_alive

@@ -34,7 +34,7 @@ HOLD = textwrap.dedent("""
 #: Prints the ports of a local 2-worker multi_worker_mirrored cluster (TFDIST_PROFILER_PORT comes from the env).
 CLUSTER = textwrap.dedent("""
     from tfdist.cluster.launcher import cluster_ports, local_cluster
-    from tfdist.config import DistributedConfig
+    from tfdist.config.knobs import DistributedConfig
     from tfdist.distribute.registry import REGISTRY
     print(*sorted(cluster_ports(local_cluster(REGISTRY["multi_worker_mirrored"], DistributedConfig(workers=2)))))
 """)

@@ -12,7 +12,7 @@ import mlflow
 import pytest
 
 from tfdist.cluster.ray_launcher import launch_ray
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 

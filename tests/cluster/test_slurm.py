@@ -9,7 +9,7 @@ tests/cluster/test_slurm_hosts.py.
 import pytest
 
 from tfdist.cluster.slurm import in_slurm_step, read_slurm
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.distribute.cluster_spec import ClusterError
 from tfdist.distribute.registry import get_spec
 

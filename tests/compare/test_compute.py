@@ -5,10 +5,11 @@ import pytest
 from tfdist.compare.comparison import Network
 from tfdist.compare.compute import build_comparison, time_to_accuracy
 from tfdist.compare.render import render_markdown
-from tfdist.config import CompareConfig
+from tfdist.config.knobs import CompareConfig
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
-from tfdist.reports import CollectiveCosts, ThreadSettings, run_label
+from tfdist.records.reports import CollectiveCosts, ThreadSettings
+from tfdist.records.run_names import run_label
 
 from helpers.reports import eval_report, scaled_runs, train_report
 
@@ -371,7 +372,8 @@ def test_the_compare_stage_says_yes_where_more_machines_pay(tmp_path, monkeypatc
     from click.testing import CliRunner
 
     from stages import compare
-    from tfdist.reports import write_history, write_report
+    from tfdist.records.history import write_history
+    from tfdist.records.reports import write_report
 
     from helpers.project import tiny_params
 

@@ -16,7 +16,7 @@ from tfdist.compare.noise import (
     time_to_accuracy_interval,
 )
 from tfdist.compare.render import render_markdown
-from tfdist.reports import CollectiveCosts
+from tfdist.records.reports import CollectiveCosts
 
 from helpers.reports import eval_report, train_report
 

@@ -5,7 +5,7 @@ import re
 
 from tfdist.compare.compute import build_comparison
 from tfdist.compare.render import plot_figures, render_html, render_markdown
-from tfdist.reports import ThreadSettings
+from tfdist.records.reports import ThreadSettings
 
 from helpers.reports import eval_report, scaled_runs, train_report
 
@@ -77,7 +77,7 @@ def test_a_projected_run_gets_its_speed_up_figure_and_the_report_shows_it(tmp_pa
 
 
 def _projected_runs(evaluation):
-    from tfdist.reports import CollectiveCosts
+    from tfdist.records.reports import CollectiveCosts
 
     costs = CollectiveCosts(workers=2, small_bytes=4, small_seconds=0.0006, large_bytes=400_000, large_seconds=0.0018,
                             latency_seconds=0.0006, seconds_per_byte=3e-9)

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from tfdist.config import DataConfig
+from tfdist.config.knobs import DataConfig
 from tfdist.data.prepared import MNIST_CLASSES
 from tfdist.data.sources import RawImages
 from tfdist.data.stage import as_images, class_names, prepare, split_raw, stratified_split, summarize

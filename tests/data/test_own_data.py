@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from stages import preprocess as preprocess_stage
-from tfdist.config import DataConfig
+from tfdist.config.knobs import DataConfig
 from tfdist.data.sources import load_source
 from tfdist.data.stage import prepare
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tfdist.config import DataConfig
+from tfdist.config.knobs import DataConfig
 from tfdist.data.prepared import load_spec, load_split, save_prepared
 from tfdist.data.sources import RawImages
 from tfdist.data.stage import split_raw

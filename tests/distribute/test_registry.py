@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from tfdist.config import Config, DistributedConfig
+from tfdist.config.knobs import Config, DistributedConfig
 from tfdist.distribute import registry
 from tfdist.distribute.registry import (
     COMMUNICATION,
@@ -66,12 +66,12 @@ def test_a_pipeline_list_names_only_strategies_the_pipeline_runs():
 
 
 def test_the_default_pipeline_of_the_config_is_the_registrys():
-    # config.py names no strategy but this default (it imports no strategy module); it cannot drift from the registry.
+    # config/knobs.py names no strategy but this default (it imports no strategy module); it cannot drift from the registry.
     assert tuple(Config().distributed.strategies) == DEFAULT_PIPELINE
 
 
 def _default_strategies_nodes(tree: ast.Module) -> set[int]:
-    """The nodes of config.py's ``strategies`` default, which the test above holds equal to the registry's."""
+    """The nodes of config/knobs.py's ``strategies`` default, which the test above holds equal to the registry's."""
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "strategies":
             return {id(child) for child in ast.walk(node)}
@@ -86,7 +86,7 @@ def test_no_module_but_the_registry_names_a_strategy():
         if path.name == "registry.py":
             continue
         tree = ast.parse(path.read_text())
-        allowed = _default_strategies_nodes(tree) if path.name == "config.py" else set()
+        allowed = _default_strategies_nodes(tree) if path.name == "knobs.py" else set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in names and id(node) not in allowed:
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")

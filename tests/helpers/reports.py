@@ -6,7 +6,8 @@ from typing import Any
 
 from tfdist.compare.compute import build_comparison
 from tfdist.hardware import Hardware
-from tfdist.reports import EvalReport, PrecisionSupport, ThreadSettings, TrainReport, run_label
+from tfdist.records.reports import EvalReport, PrecisionSupport, ThreadSettings, TrainReport
+from tfdist.records.run_names import run_label
 from tfdist.tf_imports import tf
 
 from helpers.devices import SPLIT_REPLICAS

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfdist.config import STAGES, knob_roles, stage_params
+from tfdist.config.knobs import STAGES
+from tfdist.config.params import knob_roles, stage_params
 
 from helpers.imports import imported_names
 from helpers.project import REPO

@@ -6,7 +6,7 @@ import sys
 import mlflow
 import pytest
 
-from tfdist.config import MlflowConfig
+from tfdist.config.knobs import MlflowConfig
 from tfdist.errors import InputError
 from tfdist.files.workspace import workspace_root
 from tfdist.tracking import experiment, models, runs
@@ -62,7 +62,7 @@ def test_metrics_can_be_added_to_a_finished_run(store):
 
 
 def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
-    from tfdist.config import ModelConfig
+    from tfdist.config.knobs import ModelConfig
     from tfdist.train.models import build_sequential
 
     model = build_sequential(ModelConfig(hidden_units=[8]), MNIST, exported=True)
@@ -81,7 +81,7 @@ def test_unusable_store_fails_before_training(tmp_path):
 
 
 def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(tmp_path, store):
-    from tfdist.config import ModelConfig
+    from tfdist.config.knobs import ModelConfig
     from tfdist.train.models import build_sequential
 
     example = __import__("numpy").zeros((2, 784), dtype="float32")
@@ -105,7 +105,7 @@ def test_a_new_experiment_opens_on_its_training_runs(store):
 
 
 def test_execution_id_is_the_dvc_experiment_or_commit_and_params(monkeypatch):
-    from tfdist.config import Config, TrainConfig
+    from tfdist.config.knobs import Config, TrainConfig
 
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
     first, again = runs.execution_id(Config()), runs.execution_id(Config())

@@ -5,7 +5,7 @@ import sqlite3
 import mlflow
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-from tfdist.config import MlflowConfig
+from tfdist.config.knobs import MlflowConfig
 from tfdist.tracking import experiment
 from tfdist.tracking.schema import CACHE_ENV, create_from_schema
 

@@ -87,7 +87,7 @@ def test_closed_features_are_not_found_and_opened_ones_need_the_owners_token():
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     """``tfdist ui --enable assistant`` on a fresh store: the owner's address (with the token) and the server."""
-    from tfdist.config import load_config
+    from tfdist.config.params import load_config
     from tfdist.tracking import experiment
 
     root = tmp_path_factory.mktemp("doors")

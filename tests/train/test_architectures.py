@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from stages import train
-from tfdist.config import ModelConfig
+from tfdist.config.knobs import ModelConfig
 from tfdist.distribute.placement import device_of
 from tfdist.tf_imports import keras
 from tfdist.train.architectures import StepSeededDropout, layer_stack, weighted

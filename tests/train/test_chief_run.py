@@ -5,10 +5,12 @@ import os
 import mlflow
 import pytest
 
-from tfdist.config import MlflowConfig, load_config
+from tfdist.config.knobs import MlflowConfig
+from tfdist.config.params import load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.hardware import CpuMeter
-from tfdist.reports import RunPaths, TrainReport, read_report, write_report
+from tfdist.records.reports import TrainReport, read_report, write_report
+from tfdist.records.run_names import RunPaths
 from tfdist.tf_imports import tf
 from tfdist.tracking import experiment, runs
 from tfdist.tracking.outage import MetricsOutbox, Patience

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.data.prepared import load_split, scaled
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
-from tfdist.reports import EPOCH_COLUMNS
+from tfdist.records.history import EPOCH_COLUMNS
 from tfdist.tf_imports import keras, tf
 from tfdist.train.callbacks import Diverged, LinearWarmup
 from tfdist.train.fit import FitPlan, effective_learning_rate, train_model

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from tfdist import model_kinds
-from tfdist.config import ConfigError, ModelConfig, load_config
+from tfdist.config.knobs import ConfigError, ModelConfig
+from tfdist.config.params import load_config
 from tfdist.errors import InputError
 from tfdist.model_kinds import KINDS, model_kind
 from tfdist.runtime import intra_op_threads, onednn_enabled

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tfdist.config import ModelConfig
+from tfdist.config.knobs import ModelConfig
 from tfdist.distribute.placement import device_of
 from tfdist.tf_imports import keras
 from tfdist.train.models import CustomLoopClassifier, PipelineClassifier, build_model, build_sequential

@@ -15,7 +15,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from tfdist.config import DataConfig, load_config
+from tfdist.config.knobs import DataConfig
+from tfdist.config.params import load_config
 from tfdist.data.prepared import load_spec, load_split, save_prepared, scaled
 from tfdist.data.sources import RawImages
 from tfdist.data.stage import split_raw

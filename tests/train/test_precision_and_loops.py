@@ -7,7 +7,7 @@ test_multi_process.py.
 import numpy as np
 import pytest
 
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.data.prepared import load_split, scaled
 from tfdist.distribute.builders import build_strategy
 from tfdist.distribute.registry import get_spec

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 from tfdist.errors import InputError, RunError
-from tfdist.reports import planned
+from tfdist.records.run_names import planned
 from tfdist.train.repeats import MANIFEST, RepeatPaths, run_repeats
 
 from helpers.project import REPO

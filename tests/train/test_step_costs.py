@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from stages import evaluate, train
-from tfdist.config import load_config
+from tfdist.config.params import load_config
 
 from helpers.devices import TWO_DEVICES
 from helpers.digits import MNIST

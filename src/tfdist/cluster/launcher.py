@@ -20,7 +20,7 @@ from typing import TypeVar
 from tfdist.cluster import private_network
 from tfdist.cluster.ports import LOOPBACK, free_ports, profiler_ports, release_ports
 from tfdist.cluster.processes import ProcessGroup, task_cpus
-from tfdist.config import DistributedConfig
+from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, describe_cluster, tasks_of
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import Interrupted, RunError

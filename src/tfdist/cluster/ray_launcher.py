@@ -45,7 +45,7 @@ from tfdist import native_logs
 from tfdist.cluster.launcher import SCRATCH_ENV, NoRoom, restarting
 from tfdist.cluster.ports import free_ports, release_ports
 from tfdist.cluster.processes import die_with_parent
-from tfdist.config import DistributedConfig
+from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, describe_cluster
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError, Interrupted, RunError

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from tfdist.cluster import slurm
-from tfdist.config import DistributedConfig
+from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.cluster_spec import (
     TF_CONFIG,
     ClusterError,

@@ -29,7 +29,7 @@ import signal
 import subprocess
 from collections.abc import Mapping
 
-from tfdist.config import DistributedConfig
+from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.cluster_spec import ClusterError, ClusterTask
 from tfdist.distribute.registry import StrategySpec
 

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from tfdist.compare.comparison import Advice, Network, Projection, RunRow
 from tfdist.compare.noise import Decision
-from tfdist.config import MIXED_PRECISIONS
+from tfdist.config.knobs import MIXED_PRECISIONS
 from tfdist.distribute.registry import splits_layers
-from tfdist.measures import banded
-from tfdist.reports import PrecisionSupport
+from tfdist.records.measures import banded
+from tfdist.records.reports import PrecisionSupport
 
 # Below this ratio either way, a speed difference is taken for noise where it has no measured interval
 # (runs of a single steady epoch, and the projection, whose terms carry none yet).

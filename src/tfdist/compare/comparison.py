@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.compare.noise import EPOCH_RESOLUTION, Interval
-from tfdist.measures import declared, headlines, measure
-from tfdist.reports import EvalReport, PrecisionSupport, TrainReport, from_dict
+from tfdist.records.measures import declared, headlines, measure
+from tfdist.records.reports import EvalReport, PrecisionSupport, TrainReport, from_dict
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class RunRow:
     """One run's line of the comparison: its reports as the stages wrote them, and how it compares with normal training.
 
     The report's own numbers stay in ``report`` and ``evaluation``; what the
-    comparison adds is declared here like theirs (:mod:`tfdist.measures`), so the
+    comparison adds is declared here like theirs (:mod:`tfdist.records.measures`), so the
     tables, metrics.json and the MLflow metrics read one declaration.
 
     Attributes:

@@ -29,11 +29,11 @@ from tfdist.compare.noise import (
     steady,
     time_to_accuracy_interval,
 )
-from tfdist.config import NORMAL_RUN, CompareConfig
+from tfdist.config.knobs import NORMAL_RUN, CompareConfig
 from tfdist.errors import InputError
 from tfdist.hardware import Hardware
-from tfdist.measures import declared, median_record, ratios
-from tfdist.reports import CollectiveCosts, EvalReport, TrainReport
+from tfdist.records.measures import declared, median_record, ratios
+from tfdist.records.reports import CollectiveCosts, EvalReport, TrainReport
 
 #: One round of a run: its train report and per-epoch history.
 Round = tuple[TrainReport, list[dict[str, float]]]

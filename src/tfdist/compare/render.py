@@ -19,7 +19,7 @@ from tfdist.compare.comparison import ROW_RECORDS, Comparison, Projection, RunRo
 from tfdist.compare.compute import training_seconds
 from tfdist.compare.noise import median_interval, steady
 from tfdist.files import atomic
-from tfdist.measures import Table, banded, columns
+from tfdist.records.measures import Table, banded, columns
 
 #: Figure file names, in the order the document shows them (the projection's only where a run was projected).
 FIGURES = (
@@ -131,7 +131,7 @@ def table_markdown(table: Table, rows: list[RunRow]) -> str:
 
 
 def _table(table: Table, rows: list[RunRow]) -> Block:
-    """One of the comparison's tables, its columns the fields declared for it (:mod:`tfdist.measures`), run first."""
+    """One of the comparison's tables, its columns the fields declared for it (:mod:`tfdist.records.measures`), run first."""
     found = columns(table, {attribute: getattr(rows[0], attribute) if attribute else rows[0] for attribute in ROW_RECORDS})
     return ("table", ["run", *[column.heading for column in found]], [False, *[column.numeric for column in found]],
             [[row.name, *[column.cell(row) for column in found]] for row in rows])

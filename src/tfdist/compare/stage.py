@@ -12,12 +12,14 @@ from pathlib import Path
 from tfdist.compare.comparison import Comparison, headline_metrics, to_json
 from tfdist.compare.compute import Round, build_comparison, training_seconds
 from tfdist.compare.render import plot_figures, render_html, render_markdown
-from tfdist.config import Config
+from tfdist.config.knobs import Config
 from tfdist.crash_points import crash_point
 from tfdist.distribute.registry import check_pipeline
 from tfdist.files import atomic
-from tfdist.measures import mlflow_metrics
-from tfdist.reports import EvalReport, TrainReport, planned, read_history, read_report
+from tfdist.records.history import read_history
+from tfdist.records.measures import mlflow_metrics
+from tfdist.records.reports import EvalReport, TrainReport, read_report
+from tfdist.records.run_names import planned
 from tfdist.tracking import addresses, experiment, models, runs
 
 log = logging.getLogger(__name__)

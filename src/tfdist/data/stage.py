@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.config import Config, DataConfig
+from tfdist.config.knobs import Config, DataConfig
 from tfdist.data.prepared import DataSpec, PreparedData, Split, save_prepared, splits_digest
 from tfdist.data.sources import RawImages, load_source
 from tfdist.errors import InputError

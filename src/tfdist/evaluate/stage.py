@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.config import Config
+from tfdist.config.knobs import Config
 from tfdist.crash_points import crash_point
 from tfdist.data.prepared import DataSpec, Split, load_spec, load_split, scaled
-from tfdist.measures import mlflow_metrics
-from tfdist.reports import EvalReport, TrainReport, from_dict, read_report
+from tfdist.records.measures import mlflow_metrics
+from tfdist.records.reports import EvalReport, TrainReport, from_dict, read_report
 from tfdist.tracking import experiment, models, runs
 
 log = logging.getLogger(__name__)

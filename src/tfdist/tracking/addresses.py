@@ -7,7 +7,7 @@ import urllib.parse
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from tfdist.config import MlflowConfig
+from tfdist.config.knobs import MlflowConfig
 from tfdist.errors import InputError
 from tfdist.tracking.runs import EXECUTION_ROLE, EXECUTION_TAG, ROLE_TAG
 from tfdist.tracking.store import redact, store_uri

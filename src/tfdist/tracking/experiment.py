@@ -17,7 +17,7 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from tfdist.config import MlflowConfig
+from tfdist.config.knobs import MlflowConfig
 from tfdist.errors import InputError, RunError
 from tfdist.files.disk import read_only
 from tfdist.files.locks import exclusive_lock

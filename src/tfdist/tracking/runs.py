@@ -25,7 +25,8 @@ import mlflow
 import mlflow.data
 from mlflow.exceptions import MlflowException
 
-from tfdist.config import Config, dotted_keys, identifying_params, to_flat_dict
+from tfdist.config.knobs import Config
+from tfdist.config.params import dotted_keys, identifying_params, to_flat_dict
 from tfdist.errors import InputError, Interrupted
 from tfdist.tracking.mlflow_private import finish_system_metrics
 from tfdist.tracking.outage import Patience, unreachable

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.config import ModelConfig
+from tfdist.config.knobs import ModelConfig
 from tfdist.data.prepared import DataSpec
 from tfdist.errors import InputError
 from tfdist.files.workspace import workspace_root

@@ -8,7 +8,7 @@ is imported: a bad param fails in well under a second.
 
 from __future__ import annotations
 
-from tfdist.config import Config, ModelConfig
+from tfdist.config.knobs import Config, ModelConfig
 from tfdist.distribute.registry import REGISTRY, StrategySpec, check_pipeline
 from tfdist.errors import StrategyError
 from tfdist.model_kinds import model_kind

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.cluster.launcher import SCRATCH_ENV
-from tfdist.config import MIXED_PRECISIONS, Config, to_flat_dict
+from tfdist.config.knobs import MIXED_PRECISIONS, Config
+from tfdist.config.params import to_flat_dict
 from tfdist.crash_points import crash_point
 from tfdist.data.prepared import load_split, scaled, splits_digest
 from tfdist.distribute.cluster_spec import ClusterTask
@@ -27,19 +28,10 @@ from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.files import atomic
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
-from tfdist.measures import mlflow_metrics
-from tfdist.reports import (
-    PrecisionSupport,
-    RunPaths,
-    ThreadSettings,
-    TrainOutputs,
-    TrainReport,
-    from_dict,
-    run_label,
-    to_dict,
-    write_history,
-    write_report,
-)
+from tfdist.records.history import write_history
+from tfdist.records.measures import mlflow_metrics
+from tfdist.records.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, from_dict, to_dict, write_report
+from tfdist.records.run_names import RunPaths, run_label
 from tfdist.runtime import allocator_in_use
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import onednn_in_use

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfdist.reports import CollectiveCosts
+from tfdist.records.reports import CollectiveCosts
 from tfdist.tf_imports import tf
 
 #: The latency probe: one float32.

@@ -14,13 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.config import Config, TrainConfig
+from tfdist.config.knobs import Config, TrainConfig
 from tfdist.data.prepared import DataSpec, Split, scaled
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.files import disk
-from tfdist.reports import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS, CollectiveCosts
+from tfdist.records.history import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
+from tfdist.records.reports import CollectiveCosts
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
 from tfdist.train import precision
@@ -82,7 +83,7 @@ class TrainResult:
         return {key: last[key] for key in ("loss", "accuracy", "val_loss", "val_accuracy")}
 
     def measured(self) -> dict[str, Any]:
-        """What the fit measured, under the train report's field names (:class:`tfdist.reports.TrainReport`)."""
+        """What the fit measured, under the train report's field names (:class:`tfdist.records.reports.TrainReport`)."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "history")}
         return {**own, "epochs": len(self.history), **self.final()}
 

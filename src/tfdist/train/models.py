@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfdist.config import ClipConfig, ModelConfig, TrainConfig
+from tfdist.config.knobs import ClipConfig, ModelConfig, TrainConfig
 from tfdist.data.prepared import DataSpec
 from tfdist.distribute.placement import place
 from tfdist.tf_imports import keras, tf

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfdist.cluster.processes import ProcessGroup
-from tfdist.config import NORMAL_RUN, Config
+from tfdist.config.knobs import NORMAL_RUN, Config
 from tfdist.distribute.registry import NORMAL_STRATEGY
 from tfdist.errors import InputError, RunError
 from tfdist.files import atomic
-from tfdist.reports import Repeat, planned
+from tfdist.records.run_names import Repeat, planned
 
 log = logging.getLogger(__name__)
 

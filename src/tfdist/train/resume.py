@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.config import Config, identifying_params
+from tfdist.config.knobs import Config
+from tfdist.config.params import identifying_params
 from tfdist.files import atomic
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import signal
 import time
 
 from tfdist.cluster.ports import PROFILER_PORT_ENV
-from tfdist.config import Config
+from tfdist.config.knobs import Config
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.runtime import (
     configure_onednn,

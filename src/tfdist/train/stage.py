@@ -23,12 +23,13 @@ import os
 from collections.abc import Iterator, Sequence
 
 from tfdist.cluster import roles, slurm
-from tfdist.config import Config
+from tfdist.config.knobs import Config
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec, get_spec
 from tfdist.errors import InputError
 from tfdist.files.workspace import private_folder
-from tfdist.reports import RunPaths, TrainOutputs
+from tfdist.records.reports import TrainOutputs
+from tfdist.records.run_names import RunPaths
 from tfdist.runtime import configure_runtime
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.checks import check_config

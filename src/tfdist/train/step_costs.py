@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.config import Config
+from tfdist.config.knobs import Config
 from tfdist.data.prepared import DataSpec
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.placement import device_of

@@ -26,14 +26,14 @@ from pathlib import Path
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.cluster.peer_loss import peers_watched
 from tfdist.cluster.rendezvous import wait_for_peers
-from tfdist.config import Config
+from tfdist.config.knobs import Config
 from tfdist.crash_points import crash_point
 from tfdist.data.prepared import SPEC_FILE, DataSpec, Split, load_spec, load_split
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
 from tfdist.files import atomic
-from tfdist.reports import RunPaths
+from tfdist.records.run_names import RunPaths
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import configure_collective_coordination
 from tfdist.train import collectives

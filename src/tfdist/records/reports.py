@@ -9,62 +9,19 @@ field named, so a reader never silently runs on a default.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tfdist.config import build_record
 from tfdist.errors import InputError
 from tfdist.files import atomic
 from tfdist.hardware import Hardware, MachineNoise
-from tfdist.measures import Ratio, measure
+from tfdist.records.measures import Ratio, measure
+from tfdist.records.strict import build_record
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """Where a run reads and writes.
-
-    Attributes:
-        prepared: the prepared data folder (train/val/test.npz).
-        model: the folder that receives the saved model.
-        backups: the root of per-run backups (resume after a crash).
-        reports: the folder for the run's report (NAME.json) and history (history/NAME.csv),
-            written with the model, all or none; None: the caller writes them.
-    """
-
-    prepared: Path
-    model: Path
-    backups: Path
-    reports: Path | None = None
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """Round ``round`` (2 or more) of run ``name``: the repeat stage trains it as run :attr:`label` (``compare.repeats``)."""
-
-    name: str
-    round: int
-
-    @property
-    def label(self) -> str:
-        """Its run name: ``mirrored.r2``."""
-        return repeat_name(self.name, self.round)
-
-
-def repeat_name(name: str, round_: int) -> str:
-    """The run name of round ``round_`` of run ``name``; round 1 is the run itself."""
-    return name if round_ == 1 else f"{name}.r{round_}"
-
-
-def planned(run_names: Sequence[str], repeats: int) -> list[Repeat]:
-    """Rounds 2 to ``repeats`` of every run, in the order they train: round by round, runs in order within each."""
-    return [Repeat(name, round_) for round_ in range(2, repeats + 1) for name in run_names]
 
 
 @dataclass(frozen=True)
@@ -137,7 +94,7 @@ class TrainReport:
     """What one training run did and cost (``reports/train/NAME.json``).
 
     Each measured field declares how MLflow logs it and how the comparison shows
-    and compares it (:mod:`tfdist.measures`): a field added here, with its
+    and compares it (:mod:`tfdist.records.measures`): a field added here, with its
     metadata, reaches the run's MLflow metrics, compare.json and the report's
     tables. A field added after reports were first written takes a default
     (None), so older reports still load, and show a dash.
@@ -308,45 +265,6 @@ def from_dict(kind: type[T], data: Any, source: str) -> T:
     """
     return build_record(kind, data, "", lambda problem: InputError(
         f"{source}: {problem}; rerun the stage that writes it (dvc repro)"), empty_strings=True)
-
-
-EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")
-#: Per-epoch columns only the custom loop's train step produces.
-CUSTOM_LOOP_COLUMNS = ("gradient_norm", "gradient_norm_max", "nonfinite_steps")
-
-
-def history_columns(history: list[dict[str, float]]) -> tuple[str, ...]:
-    """The columns of ``history`` rows, in a stable order."""
-    present = set(history[0]) if history else set()
-    return EPOCH_COLUMNS + tuple(column for column in CUSTOM_LOOP_COLUMNS if column in present)
-
-
-def write_history(path: Path | str, history: list[dict[str, float]], *, outputs: atomic.Outputs | None = None) -> None:
-    """Write a per-epoch history as CSV atomically, its columns in :func:`history_columns` order."""
-    atomic.write_csv(path, history, history_columns(history), outputs=outputs)
-
-
-def read_history(path: Path) -> list[dict[str, float]]:
-    """Read a per-epoch history CSV written by the train stage."""
-    try:
-        with open(path, newline="") as handle:
-            return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
-    except FileNotFoundError:
-        raise InputError(f"{path} not found; run the train stage (dvc repro)") from None
-
-
-def run_label(name: str, *, strategy: str, replicas: int, workers: int, ps: int, loop: str, precision: str,
-              clip: str = "none", compression: str = "none", distributes: bool = True) -> str:
-    """A run's title in MLflow, saying what differs between runs: ``mirrored ×2 · fit · float32``.
-
-    The scale is the replicas in sync, or workers and parameter servers; the
-    strategy is named apart when the run's name is not the strategy's and it
-    ``distributes`` (undistributed training needs no strategy in its title).
-    """
-    scale = f" {workers}w+{ps}ps" if ps else (f" ×{replicas}" if replicas > 1 else "")
-    head = f"{name}{scale}" if name == strategy or not distributes else f"{name} ({strategy}{scale})"
-    return " · ".join([head, loop, precision, *([f"clip {clip}"] if clip != "none" else []),
-                       *([f"{compression} gradients"] if compression != "none" else [])])
 
 
 @dataclass(frozen=True)

@@ -1,32 +1,20 @@
-"""Typed, frozen configuration mirroring ``params.yaml``, loaded strictly.
+"""The knobs: typed, frozen records mirroring ``params.yaml``, each saying what it decides.
 
-Every knob lives in ``params.yaml``; this module turns it into dataclasses and
-refuses anything it does not know, so a typo fails loudly before training
-starts instead of being silently ignored. The dataclass defaults are
-params.yaml's values (``tests/test_config.py`` holds them equal), and each knob
-says what it decides (:data:`ROLES`): the backup key and ``make experiments``
-both derive from that.
+Every knob lives in ``params.yaml``; :mod:`tfdist.config.params` loads it
+into these dataclasses. Their defaults are params.yaml's values
+(``tests/test_config.py`` holds them equal), and each knob says what it
+decides (:data:`ROLES`): the backup key and ``make experiments`` both derive
+from that.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import re
-import types
-import typing
-import urllib.parse
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
+from typing import Any
 
 from tfdist.errors import InputError
 from tfdist.model_kinds import DEFAULT_KIND, KINDS
-
-T = TypeVar("T")
 
 LR_SCALINGS = ("none", "linear")
 LOOPS = ("fit", "custom")
@@ -48,7 +36,6 @@ ONEDNN_SETTINGS = ("auto", "enabled", "disabled", "tensorflow")  # not on/off: Y
 #: Spelled here, not imported: the preprocess stage reads config and must not depend on runtime.
 ALLOCATORS = ("auto", "jemalloc", "tcmalloc", "system")
 
-
 #: What a knob decides. ``result``: the trained model or a measured number
 #: (threads and XLA count: they decide the throughput the pipeline reports);
 #: ``tracking``: where runs are recorded (a backup names a run of that store);
@@ -61,9 +48,6 @@ _PREPROCESS, _TRAIN = ("preprocess",), ("train", "repeat")
 _BOTH = (*_PREPROCESS, *_TRAIN)
 #: Where runs are recorded decides every stage that records in MLflow.
 _RECORDING = ("train", "repeat", "evaluate", "compare")
-#: A run name: it becomes a folder and file name (models/NAME, reports/train/NAME.json).
-_RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
-
 
 #: The run that trains without distribution, the one every other is compared against.
 NORMAL_RUN = "normal"
@@ -385,247 +369,3 @@ class Config:
     def run_names(self) -> list[str]:
         """The runs the pipeline trains, evaluates and compares: ``normal``, then each of ``distributed.strategies``."""
         return [NORMAL_RUN, *self.distributed.strategies]
-
-
-def load_config(path: Path | str = "params.yaml", overrides: typing.Sequence[str] = ()) -> Config:
-    """Read ``params.yaml``, apply ``dotted.key=value`` overrides, validate.
-
-    Args:
-        path: the params file.
-        overrides: ``--set`` items; values are parsed as YAML (``3`` is an int).
-
-    Raises:
-        ConfigError: the file is missing or not YAML, a key is unknown, or a value
-            has the wrong type or is out of range. The message names the key.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"params file {path} not found; pass --params PATH") from None
-    except OSError as err:
-        raise ConfigError(f"cannot read params file {path}: {err.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    raw = {} if raw is None else raw
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must hold a mapping of keys, not {type(raw).__name__}")
-    for item in overrides:
-        _apply_override(raw, item)
-    return build_record(Config, raw, "", ConfigError)
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """Split ``a.b=value`` into the key and its YAML-typed value."""
-    key, sep, value = item.partition("=")
-    key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {item!r} must look like dotted.key=value, e.g. train.epochs=3")
-    try:
-        return key, yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        raise ConfigError(f"--set {item!r}: value {value!r} is not valid YAML") from None
-
-
-def _apply_override(raw: dict, item: str) -> None:
-    key, value = parse_override(item)
-    *parents, leaf = key.split(".")
-    node = raw
-    for depth, part in enumerate(parents):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {item!r}: {'.'.join(parents[: depth + 1])} is not a section")
-        node = child
-    node[leaf] = value
-
-
-def build_record(kind: type[T], raw: Any, prefix: str, fail: Callable[[str], Exception], *,
-                 empty_strings: bool = False) -> T:
-    """Build dataclass ``kind`` from ``raw`` strictly: the one loader of params.yaml and of the stages' reports.
-
-    Unknown keys are refused (naming the closest known one), and so are missing
-    keys that have no default; nested records, lists, dicts and Optionals are
-    checked to their leaves, where a field's rules (its metadata: choices, ge,
-    gt, lt, min_len, item_*, empty, auto) apply.
-
-    Args:
-        kind: the dataclass.
-        raw: the data as YAML or JSON gave it.
-        prefix: the dotted key ``raw`` sits under ("" at the top), for messages.
-        fail: turns a message naming the key into the exception to raise.
-        empty_strings: whether a ``str`` field may be ``""`` (else only where its ``empty`` rule says).
-    """
-    if not isinstance(raw, dict):
-        raise fail(f"{prefix.rstrip('.') or kind.__name__} must be a section of keys, got {raw!r}")
-    fields = {f.name: f for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
-    for key in raw:
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            known = f" (known: {', '.join(fields)})" if len(fields) <= 20 else ""  # a report's 50 would drown the line
-            raise fail(f"unknown key {prefix}{key}{hint}{known}")
-    missing = [f"{prefix}{name}" for name, f in fields.items() if name not in raw and _required(f)]
-    if missing:
-        raise fail(f"missing {', '.join(missing)}")
-    hints = typing.get_type_hints(kind)
-    values = {name: _typed(hints[name], raw[name], f"{prefix}{name}", fail, f.metadata, empty_strings)
-              for name, f in fields.items() if name in raw}
-    return kind(**values)
-
-
-def _required(f: dataclasses.Field) -> bool:
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-
-
-def _typed(kind: Any, value: Any, key: str, fail: Callable[[str], Exception], rules: typing.Mapping[str, Any],
-           empty_strings: bool) -> Any:
-    """``value`` as ``kind`` (int -> float only), down to its leaves, with ``rules`` enforced."""
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        return build_record(kind, value, f"{key}.", fail, empty_strings=empty_strings)
-    if rules.get("auto"):  # a whole number, or auto: tfdist chooses (the knob's docstring says how)
-        if value == "auto":
-            return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise fail(f"{key} must be a whole number or auto; got {value!r} ({type(value).__name__})")
-        origin, kind = None, int
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        kind = next(arg for arg in args if arg is not type(None))
-        return _typed(kind, value, key, fail, rules, empty_strings)
-    if origin is list:
-        if not isinstance(value, list):
-            raise fail(f"{key} must be a list, got {value!r}")
-        if len(value) < rules.get("min_len", 0):
-            raise fail(f"{key} must list at least {rules['min_len']} item(s)")
-        item_rules = {k[5:]: v for k, v in rules.items() if k.startswith("item_")}
-        return [_typed(args[0], v, f"{key}[{i}]", fail, item_rules, empty_strings) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise fail(f"{key} must be a section of keys, got {value!r}")
-        return {str(k): _typed(args[1], v, f"{key}.{k}", fail, {}, empty_strings) for k, v in value.items()}
-    if rules.get("empty") and value in ("", None):  # a string knob that may be left unset
-        return ""
-    value = _coerce(key, value, kind, fail, empty_strings)
-    if rules.get("secretless") and _holds_password(value):
-        raise fail(f"{key} holds a password, which would be logged with every run and committed in dvc.lock: "
-                   "remove it and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (a server), "
-                   "or a line in ~/.pgpass (PostgreSQL)")
-    choices = rules.get("choices")
-    if choices is not None and value not in choices:
-        raise fail(f"{key} must be one of {', '.join(choices)}; got {value!r}")
-    for rule, test, word in (("ge", float.__ge__, ">="), ("gt", float.__gt__, ">"), ("lt", float.__lt__, "<")):
-        if rule in rules and not test(float(value), float(rules[rule])):
-            raise fail(f"{key} must be {word} {rules[rule]}; got {value!r}")
-    return value
-
-
-def _holds_password(uri: str) -> bool:
-    parts = urllib.parse.urlsplit(uri)
-    return parts.password is not None or "password" in urllib.parse.parse_qs(parts.query)
-
-
-def _coerce(key: str, value: Any, kind: type, fail: Callable[[str], Exception], empty_strings: bool) -> Any:
-    # YAML reads `off`/`no` as False and `1e-3` as a string: name both mistakes.
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-    elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif kind is str:
-        if isinstance(value, str) and (value or empty_strings):
-            return value
-        if isinstance(value, bool):  # on/off/yes/no unquoted: YAML 1.1 reads them as booleans
-            raise fail(f"{key} must be {_TYPE_WORDS[kind]}; got {value!r}: YAML reads an unquoted "
-                       "on, off, yes or no as true or false; quote it, or write the value the key names")
-    raise fail(f"{key} must be {_TYPE_WORDS.get(kind, getattr(kind, '__name__', str(kind)))}; got {value!r} "
-               f"({type(value).__name__})")
-
-
-_TYPE_WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string"}
-
-
-def _knob_metadata(kind: type = Config, prefix: str = "") -> dict[str, typing.Mapping[str, Any]]:
-    """Every knob's dotted key and its field metadata (role, decides, rules), in params.yaml's order."""
-    found: dict[str, typing.Mapping[str, Any]] = {}
-    hints = typing.get_type_hints(kind)
-    for f in dataclasses.fields(kind):
-        if dataclasses.is_dataclass(hints[f.name]):
-            found.update(_knob_metadata(hints[f.name], f"{prefix}{f.name}."))
-        else:
-            found[f"{prefix}{f.name}"] = f.metadata
-    return found
-
-
-def knob_roles() -> dict[str, str]:
-    """``{"train.epochs": "result", ...}``: every knob's dotted key and role (:data:`ROLES`)."""
-    return {key: metadata["role"] for key, metadata in _knob_metadata().items()}
-
-
-def stage_params(stage: str) -> list[str]:
-    """The dotted keys of the knobs that decide a kind of stage (:data:`STAGES`): its ``params:`` in dvc.yaml.
-
-    Raises:
-        ValueError: ``stage`` is not one of :data:`STAGES`.
-    """
-    if stage not in STAGES:
-        raise ValueError(f"unknown kind of stage {stage!r}; kinds are {', '.join(STAGES)}")
-    return [key for key, metadata in _knob_metadata().items() if stage in metadata["decides"]]
-
-
-def identifying_params(config: Config) -> dict[str, Any]:
-    """The knobs that say which run this is: all but the ``operational`` ones (they change how, not what).
-
-    A run's backup key and its pipeline execution's id hash these, so that
-    e.g. turning on ``mlflow.register_models`` for the compare stage alone
-    keeps it in the same execution as the training it compares.
-    """
-    roles = knob_roles()
-    return {key: value for key, value in to_flat_dict(config).items() if roles[key] != "operational"}
-
-
-def check_run_name(name: Any) -> str:
-    """``name`` if it is a plain run name: letters, digits, ``_ . -``, not starting with a dot, at most 100 characters.
-
-    A run name becomes a folder and file name (``models/NAME``, ``reports/train/NAME.json``,
-    ``.tfdist/backups/NAME``), so anything that could leave those folders is refused.
-
-    Raises:
-        ConfigError: naming the value and the rule.
-    """
-    if not isinstance(name, str) or not _RUN_NAME.fullmatch(name):
-        raise ConfigError(
-            f"--name {name!r} is not a plain run name: use 1-100 letters, digits, '_', '.' or '-', "
-            "not starting with '.', e.g. --name mirrored-bs256"
-        )
-    return name
-
-
-def dotted_keys(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: a nested mapping (params.yaml as read) under dotted keys."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        if isinstance(value, Mapping):
-            flat.update(dotted_keys(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def to_flat_dict(config: Config) -> dict[str, Any]:
-    """``{"train.epochs": 10, ...}``: every knob under its dotted key, for logging."""
-    return dotted_keys(dataclasses.asdict(config))

@@ -1,6 +1,6 @@
 """What a measured number is, declared once on the field that holds it: every view derives from the declaration.
 
-A field of a report (:class:`tfdist.reports.TrainReport`, the evaluate stage's
+A field of a report (:class:`tfdist.records.reports.TrainReport`, the evaluate stage's
 report, the comparison's row) says in its metadata how MLflow logs it, whether
 the comparison's tables show it (which table, under which heading, in which
 format), whether higher or lower is better, and whether the comparison sets it

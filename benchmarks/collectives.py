@@ -26,7 +26,7 @@ SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the mlp's parameters
 def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                                           "task": {"type": "worker", "index": index}})
-    from tfdist.runtime import configure_threads
+    from tfdist.runtime.threads import configure_threads
     from tfdist.tf_imports import tf
     from tfdist.train.collectives import time_all_reduce
 

@@ -24,7 +24,7 @@ STEPS = (1, 10, 50, 200, 2400)  # 2400 = a whole epoch of 60,000 at batch 25
 def one(epochs: int, intra: int, inter: int, **train: object) -> float:
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime import configure_threads
+    from tfdist.runtime.threads import configure_threads
 
     configure_threads(intra, inter)
     spec = get_spec("default")
@@ -42,7 +42,7 @@ def main() -> None:
     if args.threads:
         print(json.dumps(one(args.epochs, *args.threads)))
         return
-    from tfdist.runtime import op_threads
+    from tfdist.runtime.threads import op_threads
 
     defaults = config()
     intra, inter = op_threads(defaults)  # the mlp's (knobs measures it)

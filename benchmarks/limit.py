@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime import configure_threads, op_threads
+    from tfdist.runtime.threads import configure_threads, op_threads
 
     if args.peak is not None:
         configure_threads(args.peak, 0)

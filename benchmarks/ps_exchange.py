@@ -41,7 +41,7 @@ def ps(ports: list[int]) -> None:
 
 
 def worker(ports: list[int], steps: int, repeats: int) -> None:
-    from tfdist.runtime import configure_threads
+    from tfdist.runtime.threads import configure_threads
     from tfdist.tf_imports import tf
     from tfdist.train.collectives import seconds_per_step
 

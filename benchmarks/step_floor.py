@@ -19,7 +19,7 @@ import time
 
 from benchmarks.common import accuracy, full_size  # noqa: E402
 from tfdist.data.prepared import scaled  # noqa: E402
-from tfdist.runtime import configure_threads  # noqa: E402
+from tfdist.runtime.threads import configure_threads  # noqa: E402
 from tfdist.tf_imports import keras, tf  # noqa: E402
 
 BATCH = 25

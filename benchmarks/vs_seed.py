@@ -69,7 +69,7 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
 
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime import configure_threads, op_threads
+    from tfdist.runtime.threads import configure_threads, op_threads
     from tfdist.train import models
 
     if not fused_optimizer:  # the project before the fused (legacy) optimizers: the newer Adam

@@ -12,7 +12,7 @@ from tfdist.config.params import check_run_name, load_config
 from tfdist.distribute.registry import STRATEGY_NAMES
 from tfdist.files.disk import check_writable
 from tfdist.records.run_names import RunPaths
-from tfdist.runtime import run_under_allocator
+from tfdist.runtime.allocator import run_under_allocator
 from tfdist.train.stage import train
 from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
 

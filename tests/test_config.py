@@ -139,7 +139,7 @@ def test_all_reduce_is_a_knob_with_three_values(tmp_path):
 
 def test_op_threads_are_auto_by_default_and_resolve_per_model_and_replicas(tmp_path):
     from tfdist.hardware import usable_cpus
-    from tfdist.runtime import intra_op_threads
+    from tfdist.runtime.threads import intra_op_threads
 
     assert load_config(tiny_params(tmp_path)).runtime.intra_op_threads == "auto"
     assert load_config(tiny_params(tmp_path), ("runtime.intra_op_threads=3",)).runtime.intra_op_threads == 3

@@ -7,16 +7,18 @@ import sys
 
 import pytest
 
-from tfdist import runtime
 from tfdist.config.knobs import ALLOCATORS
 from tfdist.errors import InputError
-from tfdist.runtime import ALLOCATOR_LIBRARIES, SERVER_MIN_INTER_OP_THREADS, allocator_library, onednn_enabled, server_config
+from tfdist.runtime import threads as threads_module
+from tfdist.runtime.allocator import ALLOCATOR_LIBRARIES, allocator_library
+from tfdist.runtime.onednn import onednn_enabled
+from tfdist.runtime.threads import SERVER_MIN_INTER_OP_THREADS, server_config
 
 from helpers.project import REPO, tiny_params
 
 SERVER_IMPORT = """
 import sys
-from tfdist.runtime import tensorflow_without_keras
+from tfdist.runtime.loading import tensorflow_without_keras
 tf = tensorflow_without_keras()
 loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("tf_keras", "pandas"))
 print("after tensorflow:", loaded)
@@ -39,7 +41,7 @@ ONEDNN = """
 import logging, os, sys
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 from tfdist.config.params import load_config
-from tfdist.runtime import configure_runtime
+from tfdist.runtime.threads import configure_runtime
 config = load_config(sys.argv[1], [f"runtime.onednn={sys.argv[2]}"])
 configure_runtime(config)
 from tensorflow.python.util import _pywrap_util_port
@@ -94,14 +96,17 @@ def test_allocator_auto_takes_jemalloc_then_tcmalloc_then_glibcs_for_the_mlp_gli
     assert allocator_library("jemalloc", "cnn") == ("jemalloc", "libjemalloc.so.4"), "named, it is preloaded for any kind"
 
 
+IN_USE = "from tfdist.runtime.allocator import allocator_in_use; print(allocator_in_use())"
+
+
 def test_the_allocator_in_use_is_read_from_the_process_itself():
-    found = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],
+    found = subprocess.run([sys.executable, "-c", IN_USE],
                            capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
     assert found.stdout.strip() == "system", found.stderr
     name, library = allocator_library("auto", "mlp")
     if library is None:
         pytest.skip("no jemalloc or tcmalloc installed here (make install installs Debian's libjemalloc2)")
-    preloaded = subprocess.run([sys.executable, "-c", "from tfdist.runtime import allocator_in_use; print(allocator_in_use())"],
+    preloaded = subprocess.run([sys.executable, "-c", IN_USE],
                                capture_output=True, text=True, env={**os.environ, "LD_PRELOAD": library})
     assert preloaded.stdout.strip() == name, preloaded.stderr
 
@@ -109,7 +114,7 @@ def test_the_allocator_in_use_is_read_from_the_process_itself():
 @pytest.mark.parametrize(("cpus", "threads"), [([3], SERVER_MIN_INTER_OP_THREADS), (list(range(6)), 6)])
 def test_a_server_pinned_to_one_cpu_still_gets_two_inter_op_threads_and_the_runtime_intra_op_ones(monkeypatch, cpus, threads):
     # One thread hung a parameter_server worker pinned to a CPU (tests/cluster/test_multi_process.py runs it pinned).
-    monkeypatch.setattr(runtime, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(threads_module, "usable_cpus", lambda: cpus)
     config = server_config(1)
     assert config.inter_op_parallelism_threads == threads
     assert config.intra_op_parallelism_threads == 1, "runtime.intra_op_threads, which a server's pools ignored before"

@@ -4,7 +4,7 @@ Kept in one place so that a TensorFlow upgrade that moves or drops one breaks
 here, loudly, in ``tests/test_tf_private.py``, instead of somewhere deep in a
 stage run. Nothing else in tfdist reaches into ``tensorflow.python`` or
 ``tf.__internal__``. One trick lives elsewhere by necessity:
-:func:`tfdist.runtime.tensorflow_without_keras` hides tf_keras from TensorFlow's
+:func:`tfdist.runtime.loading.tensorflow_without_keras` hides tf_keras from TensorFlow's
 package init, so it must run before TensorFlow loads, which importing this
 module does; its test is ``tests/test_runtime.py``.
 """

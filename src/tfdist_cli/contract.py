@@ -10,11 +10,8 @@ import atexit
 import contextlib
 import errno
 import logging
-import os
-import shutil
 import signal
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,22 +19,9 @@ from typing import Any
 import click
 
 from tfdist import crash_points, native_logs
-from tfdist.errors import InputError, Interrupted, TaskFailed, TfdistError
+from tfdist.errors import Interrupted, TaskFailed, TfdistError
 from tfdist.files import atomic, disk
-
-
-def program(name: str) -> str | None:
-    """The executable ``name`` beside this Python (the venv's: dvc, weed), else on PATH, else None."""
-    beside = Path(sys.executable).with_name(name)
-    return str(beside) if os.access(beside, os.X_OK) else shutil.which(name)
-
-
-def required_program(name: str, fix: str) -> str:
-    """:func:`program` ``name``, or InputError "NAME is not on PATH; FIX"."""
-    found = program(name)
-    if found is None:
-        raise InputError(f"{name} is not on PATH; {fix}")
-    return found
+from tfdist_cli.stage_logs import configure_stage_logging
 
 
 def run_stage(command: click.Command) -> None:
@@ -83,20 +67,7 @@ def config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @contextlib.contextmanager
 def stage_errors() -> Iterator[None]:
     """Turn user and run errors into one stderr line and the contract's exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
-    # TensorFlow's own INFO lines (one per all-reduce, per closure) drown the stage's.
-    for noisy in ("tensorflow", "absl"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # A tracking store that does not answer: tfdist.tracking.outage says so once, not per retried request.
-    for noisy in ("urllib3.connectionpool", "mlflow.system_metrics.system_metrics_monitor"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    # MLflow logs each database error with its traceback before raising it; the raised one is reported here.
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-    # Warnings ParameterServer training gives for what it is meant to do here: in-memory per-worker
-    # datasets, and a backup each epoch (whose saver TensorFlow traces anew, and calls that retracing).
-    logging.getLogger("tensorflow").addFilter(_not_parameter_server_noise)
-    logging.getLogger("tensorflow").addFilter(_coordinator_errors_on_one_line)
-    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options across serialization")
+    configure_stage_logging()
     # SIGTERM (a scheduler, a launcher stopping its tasks) unwinds like Ctrl-C: the
     # MLflow run is closed and temporary outputs are removed on the way out.
     signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -142,26 +113,6 @@ def _disk_trouble(err: Exception) -> int | None:
     if isinstance(err, OSError) and err.errno == errno.EROFS:
         return 2
     return None
-
-
-def _not_parameter_server_noise(record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    return not (message.startswith("Found source dataset of type")
-                or ("MultiDeviceSaver.save" in message and "triggered tf.function retracing" in message))
-
-
-def _coordinator_errors_on_one_line(record: logging.LogRecord) -> bool:
-    """A parameter_server coordinator's report of a failed remote step, in one line instead of twenty.
-
-    Its first line says where, the first UNAVAILABLE or connection line says why;
-    the stack of graph nodes between says nothing a user can act on.
-    """
-    if not record.pathname.endswith("cluster_coordinator.py") or record.levelno < logging.ERROR:
-        return True
-    lines = [line.strip() for line in record.getMessage().splitlines() if line.strip()]
-    why = next((line for line in lines[1:] if "UNAVAILABLE" in line or "connect" in line or "CANCELLED" in line), "")
-    record.msg, record.args = " ".join(filter(None, [lines[0] if lines else "", why])), ()
-    return True
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:

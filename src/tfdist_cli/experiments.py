@@ -24,7 +24,8 @@ from tfdist import native_logs
 from tfdist.config.params import dotted_keys, knob_roles
 from tfdist.errors import InputError, RunError
 from tfdist.records.measures import interval_text
-from tfdist_cli.contract import required_program, stage_errors
+from tfdist_cli.contract import stage_errors
+from tfdist_cli.programs import required_program
 
 #: Columns of ``dvc exp show`` that are not knobs: dependency hashes (``path/to/file``) and the date.
 _NOT_KNOBS = (r".*/.*", "Created")

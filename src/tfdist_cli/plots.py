@@ -15,7 +15,8 @@ import click
 
 from tfdist import native_logs
 from tfdist.errors import InputError
-from tfdist_cli.contract import required_program, stage_errors
+from tfdist_cli.contract import stage_errors
+from tfdist_cli.programs import required_program
 
 
 def offline_page(root: Path) -> Path:

@@ -18,7 +18,8 @@ import click
 from tfdist import native_logs
 from tfdist.errors import InputError
 from tfdist.tracking import object_store
-from tfdist_cli.contract import required_program, stage_errors
+from tfdist_cli.contract import stage_errors
+from tfdist_cli.programs import required_program
 
 COMMANDS = {"push": ["push"], "pull": ["pull"], "status": ["status", "--cloud"]}
 

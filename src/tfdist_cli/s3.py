@@ -38,7 +38,8 @@ from tfdist.cluster.ports import LOOPBACK, free_ports
 from tfdist.errors import InputError, RunError
 from tfdist.files.workspace import private_folder, workspace_root
 from tfdist.tracking import object_store
-from tfdist_cli.contract import program, stage_errors
+from tfdist_cli.contract import stage_errors
+from tfdist_cli.programs import program
 from tfdist_cli.serving import LOOPBACK_HOSTS, WILDCARD_HOSTS, check_free
 
 log = logging.getLogger(__name__)

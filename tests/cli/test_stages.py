@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from stages import compare, evaluate, preprocess, train
-from tfdist.runtime import usable_cpus
+from tfdist.hardware import usable_cpus
 
 from helpers.devices import SPLIT_REPLICAS
 from helpers.intruder import readable_by_others

@@ -4,7 +4,7 @@ import pytest
 
 from tfdist.distribute.builders import BUILDERS, build_strategy
 from tfdist.distribute.registry import REGISTRY, StrategyError, get_spec
-from tfdist.runtime import configure_cpu_devices
+from tfdist.runtime.threads import configure_cpu_devices
 
 from helpers.devices import HAS_GPU, LOGICAL_CPUS, cpu_only
 

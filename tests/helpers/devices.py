@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.runtime import configure_cpu_devices, configure_onednn
+from tfdist.runtime.onednn import configure_onednn
+from tfdist.runtime.threads import configure_cpu_devices
 
 # The in-process tests train the tiny config's MLP: TensorFlow loads here with oneDNN as its train stage would
 # (``runtime.onednn: auto``), not with TensorFlow's default for this CPU (on where it has AVX-512).

@@ -11,7 +11,8 @@ from tfdist.config.knobs import ConfigError, ModelConfig
 from tfdist.config.params import load_config
 from tfdist.errors import InputError
 from tfdist.model_kinds import KINDS, model_kind
-from tfdist.runtime import intra_op_threads, onednn_enabled
+from tfdist.runtime.onednn import onednn_enabled
+from tfdist.runtime.threads import intra_op_threads
 from tfdist.train.architectures import layer_stack, weighted
 from tfdist.train.checks import layers_with_weights, too_few_layers
 

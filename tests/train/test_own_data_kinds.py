@@ -23,7 +23,7 @@ from tfdist.data.stage import split_raw
 from tfdist.distribute.builders import build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.evaluate.stage import evaluate_model
-from tfdist.runtime import allocator_library
+from tfdist.runtime.allocator import allocator_library
 from tfdist.train.fit import train_model
 from tfdist.train.models import export_copy
 

@@ -260,7 +260,7 @@ class RuntimeConfig:
     Attributes:
         intra_op_threads: threads one op may use (0: TensorFlow's choice, all
             cores). ``auto`` chooses per run what measured fastest for its model
-            (:func:`tfdist.runtime.intra_op_threads`, docs/performance.md "Fair
+            (:func:`tfdist.runtime.threads.intra_op_threads`, docs/performance.md "Fair
             baselines: threads per op"): 1 for the mlp, whose ops are too small to split;
             for any other model, the CPUs the process may use shared among its
             replicas, so normal training is never held to fewer cores than a
@@ -273,8 +273,8 @@ class RuntimeConfig:
             ``auto``: as the model kind's record says (:mod:`tfdist.model_kinds`): on for the
             convnet and a user's model, off for the mlp, whose numbers then stay comparable
             across runs; and on under ``mixed_bfloat16``, whose fast kernels are oneDNN's
-            (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn_enabled`).
-        allocator: the C allocator a training process runs with (:func:`tfdist.runtime.run_under_allocator`):
+            (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn.onednn_enabled`).
+        allocator: the C allocator a training process runs with (:func:`tfdist.runtime.allocator.run_under_allocator`):
             ``jemalloc`` or ``tcmalloc`` (preloaded: the stage re-executes itself once, before it
             does anything), ``system`` (glibc's malloc), or ``auto``: as the model kind's record says
             (:mod:`tfdist.model_kinds`): for the mlp jemalloc, else tcmalloc, where installed

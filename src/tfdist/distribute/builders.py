@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import StrategyError
-from tfdist.runtime import configure_cpu_devices, tensorflow
+from tfdist.runtime.loading import tensorflow
+from tfdist.runtime.threads import configure_cpu_devices
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -32,7 +32,7 @@ from tfdist.records.history import write_history
 from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, from_dict, to_dict, write_report
 from tfdist.records.run_names import RunPaths, run_label
-from tfdist.runtime import allocator_in_use
+from tfdist.runtime.allocator import allocator_in_use
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import onednn_in_use
 from tfdist.tracking import experiment, models, runs

@@ -1,7 +1,7 @@
 """A cluster task that only serves: a parameter_server worker or ps, and TensorFlow's profiler in any task.
 
 A server runs what the coordinating chief sends it and builds no model, so
-it loads TensorFlow without tf_keras (:func:`tfdist.runtime.tensorflow_without_keras`):
+it loads TensorFlow without tf_keras (:func:`tfdist.runtime.loading.tensorflow_without_keras`):
 less CPU in each of the servers a parameter_server stage starts beside its
 chief, on the same cores (docs/performance.md, "Start-up").
 """
@@ -16,14 +16,9 @@ import time
 from tfdist.cluster.ports import PROFILER_PORT_ENV
 from tfdist.config.knobs import Config
 from tfdist.distribute.cluster_spec import ClusterTask
-from tfdist.runtime import (
-    configure_onednn,
-    configure_threads,
-    op_threads,
-    server_config,
-    tensorflow,
-    tensorflow_without_keras,
-)
+from tfdist.runtime.loading import tensorflow, tensorflow_without_keras
+from tfdist.runtime.onednn import configure_onednn
+from tfdist.runtime.threads import configure_threads, op_threads, server_config
 
 log = logging.getLogger(__name__)
 

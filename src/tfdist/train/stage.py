@@ -30,7 +30,7 @@ from tfdist.errors import InputError
 from tfdist.files.workspace import private_folder
 from tfdist.records.reports import TrainOutputs
 from tfdist.records.run_names import RunPaths
-from tfdist.runtime import configure_runtime
+from tfdist.runtime.threads import configure_runtime
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.checks import check_config
 from tfdist.train.resume import close_stopped_runs

@@ -4,11 +4,12 @@ Imports are read statically (lazy ones inside functions and ``TYPE_CHECKING``
 ones included), as tests/pipeline/test_dvc_yaml.py reads them for dvc.yaml.
 """
 
+import re
 from pathlib import Path
 
 import tomllib
 
-from helpers.imports import imported_names
+from helpers.imports import imported_names, module_file, reachable_files
 from helpers.project import REPO
 
 SRC = REPO / "src"
@@ -136,3 +137,45 @@ def test_no_function_is_over_60_lines():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
     assert not long, long
+
+
+#: Library modules no test imports, and the test that runs them: through a stage, the ``tfdist`` command or a
+#: server it starts (the test below holds that the module is within what that test runs).
+RUN_BY = {
+    "tfdist.compare.advice": "tests/compare/test_compute.py",  # the comparison's verdict and advice, in words
+    "tfdist.compare.stage": "tests/cli/test_stages.py",
+    "tfdist.tracking.server_app": "tests/tracking/test_server_doors.py",
+    "tfdist.tracking.addresses": "tests/cli/test_tfdist_command.py",
+    "tfdist.train.server": "tests/cluster/test_multi_process.py",
+    "tfdist.train.stage": "tests/cli/test_stages.py",
+    "tfdist_cli.__main__": "tests/cli/test_tfdist_command.py",
+    "tfdist_cli.remote": "tests/cli/test_tfdist_command.py",
+    "tfdist_cli.s3": "tests/tracking/test_object_store.py",
+    "tfdist_cli.server": "tests/tracking/test_server_doors.py",
+    "tfdist_cli.ui": "tests/pipeline/test_browser.py",
+}
+
+
+def _run_by(test: Path) -> set[str]:
+    """The project files ``test`` can run: what it imports, the stages and ``tfdist`` command it starts, and the
+    MLflow server app (an entry point) that command's servers load."""
+    helpers = {REPO / "tests" / Path(*name.split(".")).with_suffix(".py") for name in imported_names(test)
+               if name.startswith("helpers.")}
+    text = "".join(path.read_text() for path in {test, *helpers} if path.is_file())
+    scripts = {REPO / "stages" / f"{name}.py" for name in re.findall(r"stages[./](\w+)", text)}
+    if re.search(r"tfdist_cli|\btfdist (ui|server)\b|session_commands|\btfdist\b[\"' ]", text):
+        entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["mlflow.app"]
+        scripts |= {REPO / "src" / "tfdist_cli" / "__main__.py",
+                    *(module_file(target.split(":")[0]) for target in entry_points.values())}
+    return set().union(reachable_files(test), *(reachable_files(script) for script in scripts if script.is_file()))
+
+
+def test_every_library_module_is_imported_by_a_test_or_run_by_a_named_one():
+    tests = list((REPO / "tests").rglob("test_*.py")) + list((REPO / "tests" / "helpers").rglob("*.py"))
+    imported = {".".join(name.split(".")[:i]) for test in tests for name in imported_names(test)
+                for i in range(1, len(name.split(".")) + 1)}
+    untested = sorted(module for module in imports() if module not in imported and module not in RUN_BY
+                      and not module.endswith(("tfdist", "__init__")) and module_file(module).name != "__init__.py")
+    assert not untested, f"no test imports {untested}: test them, or name in RUN_BY the test that runs each"
+    for module, test in RUN_BY.items():
+        assert str(module_file(module).relative_to(REPO)) in _run_by(REPO / test), f"{test} does not run {module}"

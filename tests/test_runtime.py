@@ -9,6 +9,7 @@ import pytest
 
 from tfdist.config.knobs import ALLOCATORS
 from tfdist.errors import InputError
+from tfdist.runtime import loading
 from tfdist.runtime import threads as threads_module
 from tfdist.runtime.allocator import ALLOCATOR_LIBRARIES, allocator_library
 from tfdist.runtime.onednn import onednn_enabled
@@ -26,6 +27,12 @@ print("runs:", int(tf.constant(2) * 3))
 import tf_keras
 print("tf_keras then:", tf_keras.layers.Dense(1).__class__.__name__)
 """
+
+
+def test_once_tensorflow_is_loaded_either_import_is_it():
+    import tensorflow
+
+    assert loading.tensorflow() is tensorflow and loading.tensorflow_without_keras() is tensorflow
 
 
 def test_a_server_loads_tensorflow_without_tf_keras_which_stays_importable():

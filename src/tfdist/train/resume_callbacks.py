@@ -88,8 +88,9 @@ def set_aside_if_damaged(folder: Path, kind: str) -> str | None:
     why = backup.damage or checkpoint_damage(backup, kind)
     if not why:
         return None
+    run_id = backup.run_id  # read before: a backup set aside is emptied
     backup.set_aside(why)
-    return backup.run_id or None
+    return run_id or None
 
 
 def epochs_backed_up(backup: RunBackup, kind: str) -> int:

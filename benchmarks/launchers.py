@@ -26,6 +26,7 @@ import yaml
 
 from benchmarks.common import step_ms, table
 from benchmarks.results import median
+from stages.train import run_command
 
 LAUNCHERS = ("local", "ray")
 
@@ -37,9 +38,8 @@ def run(launcher: str, epochs: int, root: Path) -> dict:
     params["distributed"]["launcher"] = launcher
     params["mlflow"] = {**params["mlflow"], "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db", "log_models": False}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
-    command = [sys.executable, "-m", "stages.train", "--params", str(root / "params.yaml"),
-               "--strategy", "multi_worker_mirrored", "--name", "bench", "--data", "data/prepared",
-               "--models", str(root / "models"), "--reports", str(root / "reports"), "--backups", str(root / "backups")]
+    command = run_command(root / "params.yaml", strategy="multi_worker_mirrored", name="bench", data=Path("data/prepared"),
+                          models=root / "models", reports=root / "reports", backups=root / "backups")
     started = time.monotonic()
     result = subprocess.run(command, capture_output=True, text=True)
     wall = time.monotonic() - started

@@ -24,6 +24,7 @@ import numpy as np
 
 from benchmarks.harness import Options
 from benchmarks.results import Result, spread
+from stages.train import run_command
 
 TITLE = "Peak memory (MB) of preprocess and of normal training on a 60,000-image 32x32x3 set"
 DEFAULTS = {"models": ["mlp", "cnn"], "batches": [256], "epochs": 1}
@@ -61,8 +62,9 @@ def _peak(command: list[str]) -> tuple[float, float]:
 
 
 def measure(cell: dict[str, Any], root: Path, options: Options) -> dict[str, float]:
-    sets = ["--params", str(root / "params.yaml"), "--set", f"data.source={root / 'parts.npz'}",
-            "--set", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db", "--set", "mlflow.log_models=false"]
+    overrides = [f"data.source={root / 'parts.npz'}", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db",
+                 "mlflow.log_models=false"]
+    sets = ["--params", str(root / "params.yaml"), *(arg for item in overrides for arg in ("--set", item))]
     if cell["stage"] == "preprocess":
         peak, seconds = _peak([sys.executable, "stages/preprocess.py", *sets, "--out", str(root / "prepared"),
                                "--report", str(root / "data.json")])
@@ -70,11 +72,11 @@ def measure(cell: dict[str, Any], root: Path, options: Options) -> dict[str, flo
         if not (root / "prepared").is_dir():
             _peak([sys.executable, "stages/preprocess.py", *sets, "--out", str(root / "prepared"),
                    "--report", str(root / "data.json")])
-        peak, seconds = _peak([sys.executable, "stages/train.py", *sets, "--set", f"model.kind={cell['model']}",
-                               "--set", f"train.epochs={options.epochs}", "--set", f"train.batch_size={options.batches[0]}",
-                               "--strategy", "default", "--name", f"{cell['model']}-{time.monotonic_ns()}",
-                               "--data", str(root / "prepared"), "--models", str(root / "models"),
-                               "--reports", str(root / "reports"), "--backups", str(root / "backups")])
+        peak, seconds = _peak(run_command(
+            root / "params.yaml", [*overrides, f"model.kind={cell['model']}", f"train.epochs={options.epochs}",
+                                   f"train.batch_size={options.batches[0]}"],
+            strategy="default", name=f"{cell['model']}-{time.monotonic_ns()}", data=root / "prepared",
+            models=root / "models", reports=root / "reports", backups=root / "backups"))
     return {"peak_mb": peak, "seconds": seconds}
 
 

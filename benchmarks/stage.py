@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import PREPARED, prepared, step_ms
+from stages.train import run_command
 from tfdist.data.prepared import SPEC_FILE
 from tfdist.records.history import read_history
 
@@ -66,10 +66,9 @@ def data_folder(root: Path) -> Path:
 
 def stage_command(root: Path, data: Path, name: str, strategy: str, sets: list[str]) -> list[str]:
     """The train stage on ``data``, its outputs and MLflow store (models not logged) under ``root``."""
-    return [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name, "--data", str(data),
-            "--models", str(root / "models"), "--reports", str(root / "reports"), "--backups", str(root / "backups"),
-            *(arg for item in [*sets, "mlflow.log_models=false", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"]
-              for arg in ("--set", item))]
+    return run_command(Path("params.yaml"), [*sets, "mlflow.log_models=false", f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db"],
+                       strategy=strategy, name=name, data=data, models=root / "models", reports=root / "reports",
+                       backups=root / "backups")
 
 
 def report(root: Path, name: str) -> dict:

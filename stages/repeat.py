@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import click
@@ -35,10 +36,10 @@ def main(params_path: Path, overrides: tuple[str, ...], first_reports: Path, dat
     """
     with stage_errors():
         config = load_config(params_path, overrides)
-        launch = train_stage.command(params_path, overrides)
+        train_command = functools.partial(train_stage.run_command, params_path, overrides)
         check_writable(out_dir, backups_dir)
         stage_started()
-        run_repeats(config, RepeatPaths(first_reports, data_dir, out_dir, backups_dir), launch)
+        run_repeats(config, RepeatPaths(first_reports, data_dir, out_dir, backups_dir), train_command)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -44,20 +45,20 @@ def main(params_path: Path, overrides: tuple[str, ...], strategy: str, name: str
         config = load_config(params_path, overrides)
         if __name__ == "__main__":  # a stage process (not a test calling main): it may start itself again, first
             run_under_allocator(config.runtime.allocator, config.model.kind)
-        launch = [
-            *command(params_path, overrides), "--strategy", strategy, "--name", name, "--data", str(data_dir),
-            "--models", str(models_dir), "--reports", str(reports_dir), "--backups", str(backups_dir),
-        ]
+        launch = run_command(params_path, overrides, strategy=strategy, name=name, data=data_dir, models=models_dir,
+                             reports=reports_dir, backups=backups_dir)
         check_writable(models_dir / name, reports_dir, backups_dir)
         stage_started(models_dir / name, reports_dir / f"{name}.json", reports_dir / "history" / f"{name}.csv")
         train(config, strategy_name=strategy, name=name, launch=launch,
               paths=RunPaths(data_dir, models_dir / name, backups_dir, reports=reports_dir))
 
 
-def command(params_path: Path, overrides: tuple[str, ...]) -> list[str]:
-    """This stage as a command with these params, up to its run's options: a local cluster's tasks, the repeats."""
+def run_command(params_path: Path, overrides: Sequence[str] = (), *, strategy: str, name: str, data: Path,
+                models: Path, reports: Path, backups: Path) -> list[str]:
+    """This stage as the command that trains run ``name``: a local cluster's tasks, the repeats, tests, benchmarks."""
     return [sys.executable, "-m", "stages.train", "--params", str(params_path),
-            *(arg for item in overrides for arg in ("--set", item))]
+            *(arg for item in overrides for arg in ("--set", item)), "--strategy", strategy, "--name", name,
+            "--data", str(data), "--models", str(models), "--reports", str(reports), "--backups", str(backups)]
 
 
 if __name__ == "__main__":

@@ -32,16 +32,20 @@ def running_stage_tasks(workdir: Path) -> list[str]:
 
 
 def stage_paths(workdir: Path) -> list[str]:
-    """The train stage's path options, every one (params, data, outputs, backups) under ``workdir``."""
-    return ["--params", str(workdir / "params.yaml"), "--data", str(workdir / "data" / "prepared"),
-            "--models", str(workdir / "models"), "--reports", str(workdir / "reports"),
-            "--backups", str(workdir / "backups")]
+    """The train stage's path options (params, data, outputs, backups under ``workdir``): what an sbatch example
+    passes on to the stage."""
+    options = train_stage_command(workdir, "default")[3:]  # past python -m stages.train
+    flags = ("--strategy", "--name")
+    return [arg for i, arg in enumerate(options) if arg not in flags and (i == 0 or options[i - 1] not in flags)]
 
 
 def train_stage_command(workdir: Path, strategy: str, name: str | None = None, *sets: str) -> list[str]:
     """The train stage as a subprocess command, every path (params, data, outputs, backups) under ``workdir``."""
-    return [sys.executable, "-m", "stages.train", "--strategy", strategy, "--name", name or strategy,
-            *stage_paths(workdir), *(arg for item in sets for arg in ("--set", item))]
+    from stages.train import run_command
+
+    return run_command(workdir / "params.yaml", sets, strategy=strategy, name=name or strategy,
+                       data=workdir / "data" / "prepared", models=workdir / "models", reports=workdir / "reports",
+                       backups=workdir / "backups")
 
 
 def copy_project(root: Path, **sections: dict) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,19 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from tfdist.cluster import ports
+
 from helpers.project import local_mode_environment
 
 
 def free_ports(count: int = 1) -> list[int]:
-    """``count`` distinct loopback ports free right now (nothing listens on them once returned)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """``count`` distinct loopback ports free now, held in the port book for this test process: a local launcher
+    of the other test worker is never given one (:func:`tfdist.cluster.ports.free_ports`)."""
+    return ports.free_ports(count)
 
 
 def session_commands(leader: int) -> list[str]:

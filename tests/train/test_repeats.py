@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from stages.train import run_command
 from tfdist.config.params import load_config
 from tfdist.errors import InputError, RunError
 from tfdist.records.run_names import planned
@@ -52,7 +53,12 @@ def repeat(workspace: Path, repeats: int, strategies: str = "[mirrored,central_s
     config = load_config(REPO / "params.yaml", [f"compare.repeats={repeats}", f"distributed.strategies={strategies}"])
     paths = RepeatPaths(workspace / "reports" / "train", workspace / "data", workspace / "repeats",
                         workspace / "backups")
-    return run_repeats(config, paths, [sys.executable, "-c", TRAINER])
+    return run_repeats(config, paths, lambda **run: [sys.executable, "-c", TRAINER, *stage_options(**run)])
+
+
+def stage_options(**run) -> list[str]:
+    """The train stage's own options for a run, past its ``python -m stages.train``."""
+    return run_command(REPO / "params.yaml", **run)[3:]
 
 
 def order(workspace: Path) -> list[str]:

@@ -25,7 +25,7 @@ import json
 import logging
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,12 +72,12 @@ class RepeatPaths:
         return self.out / "reports"
 
 
-def run_repeats(config: Config, paths: RepeatPaths, launch: Sequence[str]) -> list[Repeat]:
+def run_repeats(config: Config, paths: RepeatPaths, train_command: Callable[..., list[str]]) -> list[Repeat]:
     """Train every missing repeat, in order; remove what is no longer planned; return the repeats trained.
 
     Args:
-        launch: the train stage's command up to its run-specific options
-            (``python -m stages.train --params P [--set K=V ...]``).
+        train_command: the train stage's command for one run, given its ``strategy``, ``name`` and paths
+            (``data``, ``models``, ``reports``, ``backups``): ``stages.train.run_command`` with these params.
 
     Raises:
         InputError: a round-1 report is missing (run the train stages first).
@@ -96,7 +96,7 @@ def run_repeats(config: Config, paths: RepeatPaths, launch: Sequence[str]) -> li
     for index, repeat in enumerate(todo):
         log.info("repeat %s: round %d of %d, %s", repeat.label, repeat.round, config.compare.repeats,
                  f"{index + 1} of {len(todo)} to train")
-        _train(repeat, paths, launch, left=len(todo) - index, kept=len(kept))
+        _train(repeat, paths, train_command, left=len(todo) - index, kept=len(kept))
         kept[repeat.label] = digests[repeat.name]
         _write_manifest(paths.out, kept)
     return todo
@@ -115,11 +115,10 @@ def _outputs_of(paths: RepeatPaths, label: str) -> tuple[Path, Path, Path]:
     return paths.models / label, paths.reports / f"{label}.json", paths.reports / "history" / f"{label}.csv"
 
 
-def _train(repeat: Repeat, paths: RepeatPaths, launch: Sequence[str], *, left: int, kept: int) -> None:
+def _train(repeat: Repeat, paths: RepeatPaths, train_command: Callable[..., list[str]], *, left: int, kept: int) -> None:
     """Run the train stage for one repeat as a child process; its failure is the stage's, named."""
-    strategy = NORMAL_STRATEGY if repeat.name == NORMAL_RUN else repeat.name
-    command = [*launch, "--strategy", strategy, "--name", repeat.label, "--data", str(paths.data),
-               "--models", str(paths.models), "--reports", str(paths.reports), "--backups", str(paths.backups)]
+    command = train_command(strategy=NORMAL_STRATEGY if repeat.name == NORMAL_RUN else repeat.name, name=repeat.label,
+                            data=paths.data, models=paths.models, reports=paths.reports, backups=paths.backups)
     try:
         with ProcessGroup(out=sys.stderr, stop_timeout=STOP_SECONDS) as group:
             group.start(repeat.label, command, env={})

@@ -1,71 +1,71 @@
 """Benchmark: a bare all-reduce between two MultiWorkerMirrored processes, small and gradient-sized.
 
 Splits a collective's cost into latency and bytes: two worker processes on
-loopback all-reduce a 4-byte tensor and the mlp's 407,080 bytes of
-gradients, ``--steps`` times inside one ``tf.function`` (as ``fit`` runs its
-steps), median of ``--repeats`` calls: the train stage's own calibration
-(tfdist.train.collectives), run longer. The workers run with the project's
-thread settings, each pinned to a CPU of its own unless ``--unpinned``.
+loopback all-reduce a 4-byte tensor and the mlp's 407,080 bytes of gradients,
+``steps`` times inside one ``tf.function`` (as ``fit`` runs its steps), median
+of ``repeats`` calls: the train stage's own calibration
+(:mod:`tfdist.train.collectives`), run longer. The workers run with one thread
+per op, each pinned to a CPU of its own, or not; the two placements alternate
+round by round.
 
-    python -m benchmarks collectives [--steps 50] [--repeats 10] [--unpinned]
+    python -m benchmarks collectives [--rounds 3] [--set steps=50] [--set repeats=10]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
+from typing import Any
 
-from benchmarks.common import pinned, report_probes  # noqa: E402
+from benchmarks.common import pinned
+from benchmarks.harness import Options
 
+TITLE = "a bare all-reduce between 2 processes on loopback: latency, cost per byte, pinned and not"
+DEFAULTS = {"models": ("mlp",), "batches": (25,)}
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the mlp's parameters
+#: The program each worker runs: argv = index, two ports, steps, repeats; worker 0 prints the two probes.
+WORKER = """
+import json, os, sys
+index, ports, steps, repeats = int(sys.argv[1]), sys.argv[2:4], int(sys.argv[4]), int(sys.argv[5])
+os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                      "task": {"type": "worker", "index": index}})
+from tfdist.runtime.threads import configure_threads
+from tfdist.tf_imports import tf
+from tfdist.train.collectives import time_all_reduce
+configure_threads(1, 2)
+ring = tf.distribute.experimental.CommunicationImplementation.RING
+strategy = tf.distribute.MultiWorkerMirroredStrategy(
+    communication_options=tf.distribute.experimental.CommunicationOptions(implementation=ring))
+for size in SIZES:
+    seconds = time_all_reduce(strategy, elements=size, steps=steps, repeats=repeats)
+    if index == 0:
+        print(json.dumps({"bytes": 4 * size, "seconds": seconds}), flush=True)
+""".replace("SIZES", repr(SIZES))
 
 
-def worker(index: int, ports: list[int], steps: int, repeats: int) -> None:
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                                          "task": {"type": "worker", "index": index}})
-    from tfdist.runtime.threads import configure_threads
-    from tfdist.tf_imports import tf
-    from tfdist.train.collectives import time_all_reduce
-
-    configure_threads(1, 2)
-    implementation = tf.distribute.experimental.CommunicationImplementation.RING
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
-    for size in SIZES:
-        # the train stage's calibration, with more repeats
-        seconds = time_all_reduce(strategy, elements=size, steps=steps, repeats=repeats)
-        if index == 0:
-            print(json.dumps({"bytes": 4 * size, "seconds": seconds}), flush=True)
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"placement": placement} for placement in ("a CPU each", "unpinned")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--unpinned", action="store_true")
-    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--ports", type=int, nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker is not None:
-        return worker(args.worker, args.ports, args.steps, args.repeats)
-    from tfdist.cluster.ports import free_ports
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    from tfdist.cluster.ports import free_ports, release_ports
     from tfdist.cluster.processes import task_cpus
 
-    ports = free_ports(2)
-    cpus = task_cpus(2)
-    processes = [subprocess.Popen(
-        pinned([sys.executable, "-m", __spec__.name, "--worker", str(i), "--ports", *map(str, ports), "--steps", str(args.steps),
-                "--repeats", str(args.repeats)], None if args.unpinned else cpus[i]),
-        stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]
-    out, _ = processes[0].communicate(timeout=600)
-    processes[1].wait(timeout=60)
+    steps, repeats = int(options.extra.get("steps", 50)), int(options.extra.get("repeats", 10))
+    ports, cpus = free_ports(2), task_cpus(2)
+    try:
+        workers = [subprocess.Popen(
+            pinned([sys.executable, "-c", WORKER, str(i), *map(str, ports), str(steps), str(repeats)],
+                   cpus[i] if cell["placement"] == "a CPU each" else None),
+            stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]
+        out, _ = workers[0].communicate(timeout=600)
+        workers[1].wait(timeout=60)
+    finally:
+        release_ports(ports)
     small, large = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    report_probes(f"all-reduce between 2 processes on loopback ({'unpinned' if args.unpinned else 'a CPU each'}):",
-                  small, large, lambda per_byte: f" ({1 / per_byte / 1e6:,.0f} MB/s)")
-
-if __name__ == "__main__":
-    main()
+    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
+    return {"small_ms": 1e3 * small["seconds"], "large_ms": 1e3 * large["seconds"],
+            "latency_ms": 1e3 * small["seconds"], "ns_per_byte": 1e9 * per_byte, "mb_per_s": 1 / per_byte / 1e6}

@@ -69,3 +69,12 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
     per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
     return {"small_ms": 1e3 * small["seconds"], "large_ms": 1e3 * large["seconds"],
             "latency_ms": 1e3 * small["seconds"], "ns_per_byte": 1e9 * per_byte, "mb_per_s": 1 / per_byte / 1e6}
+
+
+def table(result: Any) -> tuple[list[str], list[list[str]]]:
+    from benchmarks.results import spread
+
+    rows = [[cell.params["placement"], spread(cell.values("latency_ms")), spread(cell.values("large_ms")),
+             spread(cell.values("ns_per_byte")), spread(cell.values("mb_per_s"))] for cell in result.cells]
+    return ["workers", "4-byte all-reduce (latency), ms", "407,080-byte all-reduce, ms", "ns per further byte",
+            "MB/s"], rows

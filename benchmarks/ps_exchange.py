@@ -2,27 +2,32 @@
 
 What parameter_server's worker must do every step whatever the model: read
 the variables from the ps (they live there) and send an update back. A worker
-process and a ps process on loopback (each pinned to a CPU of its own unless
-``--unpinned``), a variable on the ps of 4 bytes and of the mlp's 407,080
-bytes; one ``tf.function`` reads it onto the worker and adds a worker-computed
-tensor of its size back, ``--steps`` times (as a closure packs its steps),
-median of ``--repeats`` calls. Then as a step moves them: the MLP's four
-variables each read and pushed, and tf_keras's four metric variables (which
-live on the ps) updated. Against docs/performance.md section 8's 8.9 ms
-worker step: what the exchange alone costs.
+process and a ps process on loopback (each pinned to a CPU of its own, or
+not: the two placements alternate round by round), a variable on the ps of 4
+bytes and of the mlp's 407,080 bytes; one ``tf.function`` reads it onto the
+worker and adds a worker-computed tensor of its size back, ``steps`` times (as
+a closure packs its steps), median of ``repeats`` calls. Then as a step moves
+them: the MLP's four variables each read and pushed, and tf_keras's four metric
+variables (which live on the ps) updated. Against a parameter_server worker's
+step (docs/performance/parallelism.md, section 8): what the exchange alone costs.
 
-    python -m benchmarks ps_exchange [--steps 50] [--repeats 10] [--unpinned]
+    python -m benchmarks ps_exchange [--rounds 3] [--set steps=50] [--set repeats=10]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
+from typing import Any
 
-from benchmarks.common import pinned, report_probes  # noqa: E402
+from benchmarks.common import pinned
+from benchmarks.harness import Options
+from benchmarks.results import Result, spread
+
+TITLE = "a parameter_server worker's bare exchange with its ps: a variable read and pushed, and as a step moves them"
+DEFAULTS = {"models": ("mlp",), "batches": (25,)}
 
 SIZES = (1, 101_770)  # float32 elements: 4 bytes, and the mlp's parameters
 #: The mlp's variables (two kernels, two biases) and tf_keras's metric variables (loss and accuracy: total, count).
@@ -89,44 +94,41 @@ def model_step(steps: int, repeats: int) -> float:
     return seconds_per_step(exchange, steps, repeats)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--unpinned", action="store_true")
-    parser.add_argument("--role", choices=["ps", "worker"], help=argparse.SUPPRESS)
-    parser.add_argument("--ports", type=int, nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role == "ps":
-        return ps(args.ports)
-    if args.role == "worker":
-        return worker(args.ports, args.steps, args.repeats)
-    from tfdist.cluster.ports import free_ports
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"placement": placement} for placement in ("a CPU each", "unpinned")]
+
+
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    from tfdist.cluster.ports import free_ports, release_ports
     from tfdist.cluster.processes import task_cpus
 
+    steps, repeats = int(options.extra.get("steps", 50)), int(options.extra.get("repeats", 10))
     ports, cpus = free_ports(2), task_cpus(2)
 
-    def start(role: str, index: int, **streams: object) -> subprocess.Popen:
-        command = [sys.executable, "-m", __spec__.name, "--role", role, "--ports", *map(str, ports), "--steps", str(args.steps),
-                   "--repeats", str(args.repeats)]
-        return subprocess.Popen(pinned(command, None if args.unpinned else cpus[index]),
+    def start(call: str, index: int, **streams: Any) -> subprocess.Popen:
+        command = [sys.executable, "-c", f"from benchmarks.ps_exchange import ps, worker; {call}"]
+        return subprocess.Popen(pinned(command, cpus[index] if cell["placement"] == "a CPU each" else None),
                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, text=True, **streams)
 
-    server = start("ps", 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start(f"ps({ports})", 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        client = start("worker", 1, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        client = start(f"worker({ports}, {steps}, {repeats})", 1, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = client.communicate(timeout=600)
         if client.returncode:
-            raise SystemExit(f"error: the worker exited {client.returncode}:\n{err[-2000:]}")
+            raise RuntimeError(f"the worker exited {client.returncode}:\n{err[-2000:]}")
     finally:
         server.kill()
         server.wait(timeout=30)
+        release_ports(ports)
     small, large, model = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    report_probes(f"a read and a push of a ps variable, worker and ps on loopback "
-                  f"({'unpinned' if args.unpinned else 'a CPU each'}):", small, large, lambda per_byte: " of the variable")
-    print(f"  as a step moves them (4 variables read and pushed, {METRIC_VARIABLES} metric variables updated): "
-          f"{1000 * model['seconds']:.3f} ms")
+    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
+    return {"latency_ms": 1e3 * small["seconds"], "large_ms": 1e3 * large["seconds"], "ns_per_byte": 1e9 * per_byte,
+            "model_step_ms": 1e3 * model["seconds"]}
 
 
-if __name__ == "__main__":
-    main()
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    rows = [[cell.params["placement"], *(spread(cell.values(metric)) for metric in
+                                         ("latency_ms", "large_ms", "ns_per_byte", "model_step_ms"))]
+            for cell in result.cells]
+    return ["worker and ps", "4-byte variable read and pushed, ms", "407,080-byte variable, ms",
+            "ns per further byte", f"as a step moves them (4 variables, {METRIC_VARIABLES} metric variables), ms"], rows

@@ -1,66 +1,65 @@
-"""Benchmark 5: the speed knobs of the normal run, to choose their defaults.
+"""Benchmark: the speed knobs of the normal run, to choose their defaults.
 
 ``train.steps_per_execution`` (steps per call into the runtime) and
 ``train.jit_compile`` (XLA), at batch 25, default strategy, the prepared
-digits tiled to 60,000, in one process with the project's thread settings;
-then TensorFlow's default threads against the project's, each in its own
-process (thread pools are fixed per process).
+digits tiled to 60,000, with the project's thread settings; and TensorFlow's
+default thread pools against the project's. Every cell trains in a process of
+its own (thread pools are fixed per process), the cells alternating round by
+round.
 
-    python -m benchmarks knobs [--epochs 4]
+    python -m benchmarks knobs [--rounds 3] [--epochs 4]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
+from typing import Any
 
-from benchmarks.common import config, prepared, table, train_quietly  # noqa: E402
+from benchmarks.common import config, prepared, train_quietly
+from benchmarks.harness import Options
+from benchmarks.results import Result, spread
 
+TITLE = "the normal run's speed knobs at batch 25: steps per call into the runtime, XLA, the thread pools"
+DEFAULTS = {"models": ("mlp",), "batches": (25,), "epochs": 4}
 STEPS = (1, 10, 50, 200, 2400)  # 2400 = a whole epoch of 60,000 at batch 25
+#: The thread pools compared, at steps_per_execution 50 without XLA: TensorFlow's choice (0, 0) and the project's.
+THREADS = ("tensorflow", "project")
 
 
-def one(epochs: int, intra: int, inter: int, **train: object) -> float:
+def one(epochs: int, threads: str, steps_per_execution: int, jit_compile: bool) -> float:
+    """Steady samples/s of one normal training in this process, with ``threads``' pools."""
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
-    from tfdist.runtime.threads import configure_threads
+    from tfdist.runtime.threads import configure_threads, op_threads
 
-    configure_threads(intra, inter)
+    configure_threads(*((0, 0) if threads == "tensorflow" else op_threads(config())))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
-    result = train_quietly(config(epochs=epochs, **train), spec, strategy, info, prepared("train", 60_000),
-                           prepared("val"))
+    result = train_quietly(config(epochs=epochs, steps_per_execution=steps_per_execution, jit_compile=jit_compile),
+                           spec, strategy, info, prepared("train", 60_000), prepared("val"))
     return result.steady_samples_per_second
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--threads", nargs=2, type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.threads:
-        print(json.dumps(one(args.epochs, *args.threads)))
-        return
-    from tfdist.runtime.threads import op_threads
-
-    defaults = config()
-    intra, inter = op_threads(defaults)  # the mlp's (knobs measures it)
-    rows = []
-    for steps in STEPS:
-        speeds = [one(args.epochs, intra, inter, steps_per_execution=steps, jit_compile=jit) for jit in (False, True)]
-        rows.append([steps, *speeds])
-        print(f"steps_per_execution {steps}: {speeds[0]:,.0f} / {speeds[1]:,.0f} samples/s (XLA off / on)", flush=True)
-    print(table(["steps_per_execution", "samples/s", "samples/s with jit_compile"], rows))
-    print()
-    threads = []
-    for setting in ((0, 0), (intra, inter)):
-        out = subprocess.run([sys.executable, "-m", __spec__.name, "--epochs", str(args.epochs), "--threads", *map(str, setting)],
-                             capture_output=True, text=True, check=True).stdout
-        threads.append(["TensorFlow's default" if setting == (0, 0) else f"intra {setting[0]}, inter {setting[1]}",
-                        json.loads(out.strip().splitlines()[-1])])
-    print(table(["thread pools", "samples/s"], threads))
+def cells(options: Options) -> list[dict[str, Any]]:
+    knobs = [{"threads": "project", "steps": steps, "jit": jit} for steps in STEPS for jit in (False, True)]
+    return [*knobs, {"threads": "tensorflow", "steps": 50, "jit": False}]
 
 
-if __name__ == "__main__":
-    main()
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    call = f"print(one({options.epochs}, {cell['threads']!r}, {cell['steps']}, {cell['jit']}))"
+    out = subprocess.run([sys.executable, "-c", f"from benchmarks.knobs import one; {call}"], capture_output=True,
+                         text=True, check=True, timeout=900).stdout
+    return {"samples_per_second": json.loads(out.strip().splitlines()[-1])}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    def speed(**params: Any) -> str:
+        cell = result.cell(**params)
+        return spread(cell.values("samples_per_second"), 0) if cell else "–"
+
+    rows = [[f"{steps}", "project's", speed(threads="project", steps=steps, jit=False),
+             speed(threads="project", steps=steps, jit=True)] for steps in STEPS]
+    rows.append(["50", "TensorFlow's default", speed(threads="tensorflow", steps=50, jit=False), ""])
+    return ["steps_per_execution", "thread pools", "samples/s", "samples/s with jit_compile"], rows

@@ -1,29 +1,41 @@
-"""Benchmark 3: how close training gets to this machine's arithmetic limit.
+"""Benchmark: how close training gets to this machine's arithmetic limit.
 
-Measures a float32 ``tf.matmul`` peak (square matrices, a tf.function loop,
-the project's thread settings and TensorFlow's defaults), counts the seed
-MLP's training FLOPs per example (forward 2 x weights, backward twice that),
-and compares FLOPs x samples/s of the normal train path at batch 25 and 256
-against the peak.
+Measures a float32 ``tf.matmul`` peak (square matrices, a chain of dependent
+products in a tf.function, one thread per op and TensorFlow's all-core
+default), counts the mlp's training FLOPs per example (forward 2 x weights,
+backward twice that), and sets FLOPs x samples/s of the normal train path at
+batch 25 and 256 (the prepared digits tiled to 60,000) against the all-core
+peak. Every cell runs in a process of its own, the cells alternating round by
+round.
 
-    python -m benchmarks limit [--size 1024]
+    python -m benchmarks limit [--rounds 3] [--epochs 4] [--set size=1024]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
 import subprocess
 import sys
 import time
+from typing import Any
 
-from benchmarks.common import config, prepared, table, train_quietly  # noqa: E402
-from benchmarks.results import median  # noqa: E402
+from benchmarks.common import config, prepared, train_quietly
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+
+TITLE = "the mlp's training against this machine's float32 matmul peak: FLOPs per second, and the share of the peak"
+DEFAULTS = {"models": ("mlp",), "batches": (25, 256), "epochs": 4}
+#: The mlp's multiply-adds per example (its biases are negligible): 6 FLOPs each a training example (2 + 4).
+WEIGHTS = 784 * 128 + 128 * 10
+FLOPS_PER_EXAMPLE = 6 * WEIGHTS
 
 
-def matmul_peak(size: int, repeats: int = 20) -> float:
+def matmul_peak(size: int, intra_op: int, repeats: int = 20) -> float:
+    """FLOP/s of a chain of ``size``-square float32 matmuls with ``intra_op`` threads per op (0: all cores)."""
+    from tfdist.runtime.threads import configure_threads
     from tfdist.tf_imports import tf
 
+    configure_threads(intra_op, 0)
     a = tf.random.normal((size, size))
     b = tf.random.normal((size, size)) / size**0.5  # keeps the chain's values bounded
 
@@ -44,45 +56,46 @@ def matmul_peak(size: int, repeats: int = 20) -> float:
     return 2 * size**3 * repeats / median(seconds)
 
 
-def peak_in_process(size: int, intra_op: int) -> float:
-    """The matmul peak with ``intra_op`` threads per op (0: all cores), in a fresh process."""
-    out = subprocess.run([sys.executable, "-m", __spec__.name, "--size", str(size), "--peak", str(intra_op)],
-                         capture_output=True, text=True, check=True).stdout
-    return float(out.strip().splitlines()[-1])
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--peak", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+def normal_speed(epochs: int, batch: int) -> float:
+    """Steady samples/s of normal training at ``batch``, with the project's thread settings."""
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
     from tfdist.runtime.threads import configure_threads, op_threads
 
-    if args.peak is not None:
-        configure_threads(args.peak, 0)
-        print(matmul_peak(args.size))
-        return
-    settings = config(epochs=4)
-    one_core, all_cores = peak_in_process(args.size, 1), peak_in_process(args.size, 0)
+    settings = config(epochs=epochs, batch_size=batch)
     configure_threads(*op_threads(settings))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
-    train, val = prepared("train", 60_000), prepared("val")
-    weights = 784 * 128 + 128 * 10  # the multiply-adds of one example; biases are negligible
-    flops_per_example = 6 * weights  # forward 2 per weight, backward 4
+    return train_quietly(settings, spec, strategy, info, prepared("train", 60_000), prepared("val")
+                         ).steady_samples_per_second
+
+
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"run": "matmul", "cores": "one"}, {"run": "matmul", "cores": "all"},
+            *({"run": "normal", "batch": batch} for batch in options.batches)]
+
+
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    size = int(options.extra.get("size", 1024))
+    call = (f"matmul_peak({size}, {1 if cell['cores'] == 'one' else 0})" if cell["run"] == "matmul"
+            else f"normal_speed({options.epochs}, {cell['batch']})")
+    out = subprocess.run([sys.executable, "-c", f"from benchmarks.limit import *; print({call})"], capture_output=True,
+                         text=True, check=True, timeout=900).stdout
+    value = json.loads(out.strip().splitlines()[-1])
+    if cell["run"] == "matmul":
+        return {"gflops": value / 1e9}
+    return {"samples_per_second": value, "gflops": FLOPS_PER_EXAMPLE * value / 1e9}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    peak = result.cell(run="matmul", cores="all")
     rows = []
-    for batch in (25, 256):
-        result = train_quietly(config(epochs=4, batch_size=batch), spec, strategy, info, train, val)
-        achieved = flops_per_example * result.steady_samples_per_second
-        rows.append([f"normal, batch {batch}", result.steady_samples_per_second, f"{achieved / 1e9:.1f}",
-                     f"{achieved / all_cores:.0%}"])
-    print(f"matmul peak ({args.size}x{args.size} float32): {one_core / 1e9:.1f} GFLOP/s on one core, "
-          f"{all_cores / 1e9:.1f} GFLOP/s on all {os.cpu_count()} cores")
-    print(f"training FLOPs per example: {flops_per_example:,} (6 x {weights:,} weights)")
-    print(table(["run", "samples/s", "GFLOP/s", "of the all-core matmul peak"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for cell in result.cells:
+        gflops = cell.values("gflops")
+        if cell.params["run"] == "matmul":
+            rows.append([f"float32 matmul, {cell.params['cores']} core(s)", "", spread(gflops, 1), ""])
+        else:
+            share = f"{median(gflops) / median(peak.values('gflops')):.0%}" if peak else "–"
+            rows.append([f"normal, batch {cell.params['batch']}", spread(cell.values("samples_per_second"), 0),
+                         spread(gflops, 1), share])
+    return ["run", "samples/s", "GFLOP/s", "of the all-core matmul peak"], rows

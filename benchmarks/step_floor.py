@@ -1,35 +1,77 @@
-"""Benchmark 7: the floor of a training step at batch 25, without Keras's ``fit`` around it.
+"""Benchmark: the floor of a training step at batch 25, without Keras's ``fit`` around it.
 
 The mlp trained by the least code that still does a real step: the whole
 full-size training set as one tensor, each batch gathered by index inside one
-``tf.function`` that runs ``--steps`` steps (no tf.data iterator per step), a
-``GradientTape``, the fused legacy Adam update, a loss and an accuracy sum. Its
-samples/s bound what any input pipeline or step function can gain over the
-project's path on this machine: what is left is per-op overhead of the step's
-own ~60 small ops.
+``tf.function`` that runs ``steps`` steps (no tf.data iterator per step), a
+``GradientTape``, the fused legacy Adam update, a loss and an accuracy sum;
+beside it the project's own path (``fit`` on tf.data) on the same digits. The
+floor's samples/s bound what any input pipeline or step function can gain over
+the project's path on this machine: what is left is per-op overhead of the
+step's own ~60 small ops. Each cell trains in a process of its own, the cells
+alternating round by round.
 
-    python -m benchmarks step_floor [--epochs 4] [--steps 50]
+    python -m benchmarks step_floor [--rounds 3] [--epochs 4] [--set steps=50]
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
+from typing import Any
 
-from benchmarks.common import accuracy, full_size  # noqa: E402
-from tfdist.data.prepared import scaled  # noqa: E402
-from tfdist.runtime.threads import configure_threads  # noqa: E402
-from tfdist.tf_imports import keras, tf  # noqa: E402
+from benchmarks.common import FULL_SIZE_SPEC, accuracy, config, full_size, train_quietly
+from benchmarks.harness import Options
+from benchmarks.results import Result, spread
 
+TITLE = "the mlp's step at batch 25: the least code that still trains, against the project's fit"
+DEFAULTS = {"models": ("mlp",), "batches": (25,), "epochs": 4}
 BATCH = 25
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=50, help="steps per call into the runtime")
-    args = parser.parse_args()
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"path": "floor"}, {"path": "fit"}]
+
+
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    steps = int(options.extra.get("steps", 50))
+    call = f"floor({options.epochs}, {steps})" if cell["path"] == "floor" else f"fit({options.epochs}, {steps})"
+    out = subprocess.run([sys.executable, "-c", f"from benchmarks.step_floor import fit, floor; print({call})"],
+                         capture_output=True, text=True, check=True, timeout=900).stdout
+    speed, test_accuracy = json.loads(out.strip().splitlines()[-1])
+    return {"samples_per_second": speed, "test_accuracy": test_accuracy}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    names = {"floor": "the floor: one tf.function of gathered batches, GradientTape, fused Adam",
+             "fit": "the project's path: fit on tf.data"}
+    rows = [[names[cell.params["path"]], spread(cell.values("samples_per_second"), 0),
+             spread(cell.values("test_accuracy"), 4)] for cell in result.cells]
+    return ["step", "samples/s", "test accuracy"], rows
+
+
+def fit(epochs: int, steps: int) -> list[float]:
+    """The project's normal training on the same digits: steady samples/s and test accuracy."""
+    from tfdist.distribute.builders import build_strategy
+    from tfdist.distribute.registry import get_spec
+    from tfdist.runtime.threads import configure_threads, op_threads
+
+    settings = config(epochs=epochs, batch_size=BATCH, steps_per_execution=steps)
+    configure_threads(*op_threads(settings))
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec)
+    result = train_quietly(settings, spec, strategy, info, full_size("train"), full_size("val"), FULL_SIZE_SPEC)
+    return [result.steady_samples_per_second, accuracy(result.model, full_size("test"))]
+
+
+def floor(epochs: int, steps: int) -> list[float]:
+    """The least code that still trains the mlp: steady samples/s and test accuracy."""
+    from tfdist.data.prepared import scaled
+    from tfdist.runtime.threads import configure_threads
+    from tfdist.tf_imports import keras, tf
+
     configure_threads(1, 2)
     train, test = full_size("train"), full_size("test")
     images, labels = tf.constant(scaled(train.x)), tf.constant(train.y)
@@ -38,7 +80,6 @@ def main() -> None:
                               keras.layers.Dropout(0.2), keras.layers.Dense(10, activation="softmax")])
     optimizer = keras.optimizers.legacy.Adam(0.001)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
-    steps = args.steps
 
     @tf.function
     def run(order: tf.Tensor, first: tf.Tensor) -> tf.Tensor:
@@ -56,15 +97,10 @@ def main() -> None:
 
     calls = len(train) // BATCH // steps
     speeds = []
-    for epoch in range(args.epochs):
+    for epoch in range(epochs):
         order = tf.random.shuffle(tf.range(len(train), dtype=tf.int64), seed=epoch)
         start = time.perf_counter()
         for call in range(calls):
             run(order, tf.constant(call * steps, tf.int64))
         speeds.append(calls * steps * BATCH / (time.perf_counter() - start))
-    print(f"step floor: {statistics.median(speeds[1:]):,.0f} samples/s at steady state "
-          f"({args.epochs} epochs, {steps} steps per call), test accuracy {accuracy(model, test):.4f}")
-
-
-if __name__ == "__main__":
-    main()
+    return [statistics.median(speeds[1:]), accuracy(model, test)]

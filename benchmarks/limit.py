@@ -93,7 +93,8 @@ def table(result: Result) -> tuple[list[str], list[list[str]]]:
     for cell in result.cells:
         gflops = cell.values("gflops")
         if cell.params["run"] == "matmul":
-            rows.append([f"float32 matmul, {cell.params['cores']} core(s)", "", spread(gflops, 1), ""])
+            cores = "one core" if cell.params["cores"] == "one" else "every core"
+            rows.append([f"float32 matmul, {cores}", "", spread(gflops, 1), ""])
         else:
             share = f"{median(gflops) / median(peak.values('gflops')):.0%}" if peak else "–"
             rows.append([f"normal, batch {cell.params['batch']}", spread(cell.values("samples_per_second"), 0),

@@ -8,6 +8,10 @@ task's host events by name (the TensorFlow ops and runtime activities each
 thread ran) and prints the largest, with the share of the capture each took.
 
     python -m benchmarks ps_profile [--ms 2000] [--top 12]
+
+Not on the harness, on purpose: it is a profiler's reading (which ops each task
+ran, by name), not numbers to compare in alternated rounds; what it finds is
+measured by the harness's benchmarks (multi_process_step, ps_exchange).
 """
 
 from __future__ import annotations

@@ -6,21 +6,25 @@ the server and import MLflow each). tfdist leaves them off
 (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``, tfdist_cli.serving); the rounds
 alternate the two settings, and the table gives medians and ranges.
 
-    python -m benchmarks server_start            # 3 rounds, about 4 min
+    python -m benchmarks server_start [--rounds 3]     # about 4 min
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import table, tracking_server  # noqa: E402
-from benchmarks.procfs import process_stat  # noqa: E402
-from benchmarks.results import spread  # noqa: E402
+from benchmarks.common import tracking_server
+from benchmarks.harness import Options
+from benchmarks.procfs import process_stat
+from benchmarks.results import Result, spread
+
+TITLE = "starting tfdist server (sqlite, one worker) with MLflow's GenAI job runners on and off"
+DEFAULTS = {"models": ("mlp",), "batches": (25,)}
 
 SETTLE_SECONDS = 20
 
@@ -52,22 +56,17 @@ def start_once(job_execution: bool) -> tuple[float, float, int]:
     return answered, cpu, processes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    results: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
-    for _ in range(args.rounds):
-        for job_execution in (False, True):
-            results[job_execution].append(start_once(job_execution))
-            answered, cpu, processes = results[job_execution][-1]
-            print(f"job runners {'on' if job_execution else 'off'}: answered after {answered:.1f} s, "
-                  f"{cpu:.1f} s of CPU, {processes} processes", flush=True)
-    rows = [[label, spread([r[0] for r in results[on]], 1), spread([r[1] for r in results[on]], 1),
-             max(r[2] for r in results[on])]
-            for label, on in (("on (MLflow's default)", True), ("off (tfdist's default)", False))]
-    print(table(["MLflow's job runners", "answers after (s)", "CPU of the start (s)", "processes"], rows))
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"job_runners": "off"}, {"job_runners": "on"}]
 
 
-if __name__ == "__main__":
-    main()
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    answered, cpu, processes = start_once(cell["job_runners"] == "on")
+    return {"answers_after_s": answered, "cpu_s": cpu, "processes": float(processes)}
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    labels = {"on": "on (MLflow's default)", "off": "off (tfdist's default)"}
+    rows = [[labels[cell.params["job_runners"]], spread(cell.values("answers_after_s"), 1),
+             spread(cell.values("cpu_s"), 1), f"{max(cell.values('processes')):.0f}"] for cell in result.cells]
+    return ["MLflow's job runners", "answers after (s)", "CPU of the start (s)", "processes"], rows

@@ -13,6 +13,10 @@ charged to no test and listed by command.
     python -m benchmarks suite_cpu tests/pipeline -m slow -n 2 --dist loadscope
 
 How the 20-minute CI was reached with it: docs/performance.md, "Where the CPU went".
+
+Not on the harness, on purpose: it profiles one run of the whole test suite (about
+20 minutes), charging its CPU to the tests; alternated rounds of it would take hours
+and compare nothing.
 """
 
 from __future__ import annotations

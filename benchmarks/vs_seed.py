@@ -1,4 +1,4 @@
-"""Benchmark 1: the seed's way of training against the project's train path.
+"""Benchmark: the seed's way of training (the script this project grew from) against the project's train path.
 
 Same data (a full-size MNIST-format set: 60,000 distinct training digits made from
 the offline sample's real ones by shifts, see ``common.full_size_mnist``; 1,000 real
@@ -13,30 +13,36 @@ on the test split.
   defaults: a cached, prefetched tf.data pipeline, ``steps_per_execution``
   and the ``runtime`` thread settings.
 
-Each run is its own process (thread settings are per process), A and B
-alternating ``--reps`` times. An epoch's training time excludes validation;
+Each run is its own process (thread settings are per process), the ways
+alternating round by round. An epoch's training time excludes validation;
 samples/s is steady state (median of the epochs after the first).
 
-    python -m benchmarks vs_seed [--epochs 5] [--reps 3]
+    python -m benchmarks vs_seed [--rounds 3] [--epochs 4]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 import subprocess
 import sys
 import time
+from typing import Any
 
+from benchmarks.harness import Options
+from benchmarks.results import Result, median, spread
+
+TITLE = "the seed's script's way of training against the project's train path, on 60,000 full-size digits"
+DEFAULTS = {"models": ("mlp",), "batches": (25,), "epochs": 4}
 ROWS = 60_000
-WAYS = ("seed", "project-newer-adam", "project")
+WAYS = {"seed": "seed: fit(X, y, batch_size=25) on NumPy",
+        "project-newer-adam": "project before: train_model with the newer Adam",
+        "project": "project: train_model (tf.data, steps_per_execution, threads, fused Adam)"}
 
 
 def seed_way(epochs: int) -> tuple[float, float]:
-    from common import accuracy, full_size, median
-
+    from benchmarks.common import accuracy, full_size
     from tfdist.data.prepared import scaled
     from tfdist.tf_imports import keras
 
@@ -65,8 +71,7 @@ def seed_way(epochs: int) -> tuple[float, float]:
 
 
 def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float]:
-    from common import FULL_SIZE_SPEC, accuracy, config, full_size, train_quietly
-
+    from benchmarks.common import FULL_SIZE_SPEC, accuracy, config, full_size, train_quietly
     from tfdist.distribute.builders import build_strategy
     from tfdist.distribute.registry import get_spec
     from tfdist.runtime.threads import configure_threads, op_threads
@@ -84,39 +89,30 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
     return result.steady_samples_per_second, accuracy(result.model, test)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        speed, test_accuracy = {"seed": seed_way, "project": project_way,
-                                "project-newer-adam": lambda e: project_way(e, fused_optimizer=False)}[args.one](args.epochs)
-        print(json.dumps({"samples_per_second": speed, "test_accuracy": test_accuracy}))
-        return
+def one(way: str, epochs: int) -> str:
+    """One way's training in this process, as JSON: steady samples/s and test accuracy."""
+    speed, test_accuracy = {"seed": seed_way, "project": project_way,
+                            "project-newer-adam": lambda e: project_way(e, fused_optimizer=False)}[way](epochs)
+    return json.dumps({"samples_per_second": speed, "test_accuracy": test_accuracy})
 
-    from common import median, table
 
-    runs: dict[str, list[dict]] = {way: [] for way in WAYS}
-    for rep in range(args.reps):
-        for way in runs:
-            out = subprocess.run([sys.executable, "-m", __spec__.name, "--one", way, "--epochs", str(args.epochs)],
-                                 capture_output=True, text=True, check=True).stdout
-            runs[way].append(json.loads(out.strip().splitlines()[-1]))
-            print(f"rep {rep + 1} {way}: {runs[way][-1]['samples_per_second']:,.0f} samples/s, "
-                  f"test accuracy {runs[way][-1]['test_accuracy']:.4f}", flush=True)
-    seed = median([r["samples_per_second"] for r in runs["seed"]])
+def cells(options: Options) -> list[dict[str, Any]]:
+    return [{"way": way} for way in WAYS]
+
+
+def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", f"from benchmarks.vs_seed import one; print(one({cell['way']!r}, "
+                                                f"{options.epochs}))"], capture_output=True, text=True, check=True,
+                         timeout=1800).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def table(result: Result) -> tuple[list[str], list[list[str]]]:
+    seed = result.cell(way="seed")
     rows = []
-    for way, label in (("seed", "seed: fit(X, y, batch_size=25) on NumPy"),
-                       ("project-newer-adam", "project before: train_model with the newer Adam"),
-                       ("project", "project: train_model (tf.data, steps_per_execution, threads, fused Adam)")):
-        speed = median([r["samples_per_second"] for r in runs[way]])
-        rows.append([label, speed, f"{speed / seed:.2f}x", f"{median([r['test_accuracy'] for r in runs[way]]):.4f}"])
-    print()
-    print(f"{ROWS:,} training digits, {args.epochs} epochs, batch 25, median of {args.reps} alternating runs")
-    print(table(["way", "samples/s", "vs seed", "test accuracy"], rows))
-
-
-if __name__ == "__main__":
-    main()
+    for cell in result.cells:
+        speed = median(cell.values("samples_per_second"))
+        ratio = f"{speed / median(seed.values('samples_per_second')):.2f}x" if seed else "–"
+        rows.append([WAYS[cell.params["way"]], spread(cell.values("samples_per_second"), 0), ratio,
+                     spread(cell.values("test_accuracy"), 4)])
+    return ["way", "samples/s", "vs seed", "test accuracy"], rows

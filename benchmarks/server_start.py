@@ -2,9 +2,9 @@
 
 ``tfdist server`` (sqlite store, one worker) until its ``/health`` answers, then the
 CPU time of every process of its session 20 s later (the job runners start beside
-the server and import MLflow each). tfdist leaves them off
-(``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``, tfdist_cli.serving); the rounds
-alternate the two settings, and the table gives medians and ranges.
+the server and import MLflow each). tfdist leaves them off unless ``--enable
+jobs`` (tfdist_cli.serving); the rounds alternate the two settings, and the
+table gives medians and ranges.
 
     python -m benchmarks server_start [--rounds 3]     # about 4 min
 """
@@ -47,8 +47,8 @@ def start_once(job_execution: bool) -> tuple[float, float, int]:
     """Seconds until the server answers, CPU seconds of its start, processes: one server, started and stopped."""
     scratch = Path(tempfile.mkdtemp(prefix="tfdist-bench-server-"))
     started = time.monotonic()
-    with tracking_server(f"sqlite:///{scratch}/store.db", scratch / "artifacts",
-                         {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": str(job_execution).lower()}, "--workers", "1") as (_, server):
+    with tracking_server(f"sqlite:///{scratch}/store.db", scratch / "artifacts", None, "--workers", "1",
+                         *(("--enable", "jobs") if job_execution else ())) as (_, server):
         answered = time.monotonic() - started
         time.sleep(SETTLE_SECONDS)
         cpu, processes = session_usage(server.pid)
@@ -66,7 +66,7 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:
-    labels = {"on": "on (MLflow's default)", "off": "off (tfdist's default)"}
+    labels = {"on": "on (MLflow's default; tfdist's --enable jobs)", "off": "off (tfdist's default)"}
     rows = [[labels[cell.params["job_runners"]], spread(cell.values("answers_after_s"), 1),
              spread(cell.values("cpu_s"), 1), f"{max(cell.values('processes')):.0f}"] for cell in result.cells]
     return ["MLflow's job runners", "answers after (s)", "CPU of the start (s)", "processes"], rows

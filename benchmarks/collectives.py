@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.common import pinned
+from benchmarks.common import PLACEMENTS, placed, probe_costs
 from benchmarks.harness import Options
 
 TITLE = "a bare all-reduce between 2 processes on loopback: latency, cost per byte, pinned and not"
@@ -46,7 +46,7 @@ for size in SIZES:
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
-    return [{"placement": placement} for placement in ("a CPU each", "unpinned")]
+    return [{"placement": placement} for placement in PLACEMENTS]
 
 
 def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
@@ -57,8 +57,8 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
     ports, cpus = free_ports(2), task_cpus(2)
     try:
         workers = [subprocess.Popen(
-            pinned([sys.executable, "-c", WORKER, str(i), *map(str, ports), str(steps), str(repeats)],
-                   cpus[i] if cell["placement"] == "a CPU each" else None),
+            placed([sys.executable, "-c", WORKER, str(i), *map(str, ports), str(steps), str(repeats)],
+                   cell["placement"], cpus[i]),
             stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}) for i in range(2)]
         out, _ = workers[0].communicate(timeout=600)
@@ -66,9 +66,8 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
     finally:
         release_ports(ports)
     small, large = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
-    return {"small_ms": 1e3 * small["seconds"], "large_ms": 1e3 * large["seconds"],
-            "latency_ms": 1e3 * small["seconds"], "ns_per_byte": 1e9 * per_byte, "mb_per_s": 1 / per_byte / 1e6}
+    costs = probe_costs(small, large)
+    return {**costs, "mb_per_s": 1e3 / costs["ns_per_byte"]}
 
 
 def table(result: Any) -> tuple[list[str], list[list[str]]]:

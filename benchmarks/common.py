@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,17 +148,30 @@ def pinned(command: list[str], cpus: set[int] | None) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, sorted(cpus))), *command] if cpus else command
 
 
-def report_probes(title: str, small: dict, large: dict, note: Callable[[float], str] = lambda per_byte: "") -> float:
-    """Print two timed probes (``{"bytes", "seconds"}``) and the latency and cost per byte they split into.
+def in_own_process(module: str, call: str, timeout: float = 900) -> Any:
+    """The value of ``call`` (a Python expression over ``module``'s names, JSON-able) run in a fresh interpreter.
 
-    Returns the seconds each byte beyond the small probe's added; ``note`` adds to its line.
+    For a cell that must not share this process's TensorFlow: thread pools,
+    oneDNN and devices are fixed once TensorFlow runs its first op.
     """
+    code = f"import json; from {module} import *; print(json.dumps({call}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=timeout).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+#: Where a benchmark's two probe processes run: each on a CPU of its own, or wherever the kernel puts them.
+PLACEMENTS = ("a CPU each", "unpinned")
+
+
+def placed(command: list[str], placement: str, cpus: set[int]) -> list[str]:
+    """``command`` on ``cpus`` when ``placement`` pins it (:data:`PLACEMENTS`), else as it is."""
+    return pinned(command, cpus if placement == PLACEMENTS[0] else None)
+
+
+def probe_costs(small: dict, large: dict) -> dict[str, float]:
+    """Two timed probes (``{"bytes", "seconds"}``) split into a latency and a cost per further byte."""
     per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
-    print(title)
-    for row in (small, large):
-        print(f"  {row['bytes']:>9,} bytes: {1000 * row['seconds']:.3f} ms")
-    print(f"  latency {1000 * small['seconds']:.3f} ms, {1e9 * per_byte:.2f} ns per byte{note(per_byte)}")
-    return per_byte
+    return {"latency_ms": 1e3 * small["seconds"], "large_ms": 1e3 * large["seconds"], "ns_per_byte": 1e9 * per_byte}
 
 
 @contextlib.contextmanager

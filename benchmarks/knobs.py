@@ -12,12 +12,9 @@ round.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
-from benchmarks.common import config, prepared, train_quietly
+from benchmarks.common import config, in_own_process, prepared, train_quietly
 from benchmarks.harness import Options
 from benchmarks.results import Result, spread
 
@@ -48,10 +45,8 @@ def cells(options: Options) -> list[dict[str, Any]]:
 
 
 def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
-    call = f"print(one({options.epochs}, {cell['threads']!r}, {cell['steps']}, {cell['jit']}))"
-    out = subprocess.run([sys.executable, "-c", f"from benchmarks.knobs import one; {call}"], capture_output=True,
-                         text=True, check=True, timeout=900).stdout
-    return {"samples_per_second": json.loads(out.strip().splitlines()[-1])}
+    call = f"one({options.epochs}, {cell['threads']!r}, {cell['steps']}, {cell['jit']})"
+    return {"samples_per_second": in_own_process(__name__, call)}
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:

@@ -13,13 +13,10 @@ round.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from typing import Any
 
-from benchmarks.common import config, prepared, train_quietly
+from benchmarks.common import config, in_own_process, prepared, train_quietly
 from benchmarks.harness import Options
 from benchmarks.results import Result, median, spread
 
@@ -79,9 +76,7 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
     size = int(options.extra.get("size", 1024))
     call = (f"matmul_peak({size}, {1 if cell['cores'] == 'one' else 0})" if cell["run"] == "matmul"
             else f"normal_speed({options.epochs}, {cell['batch']})")
-    out = subprocess.run([sys.executable, "-c", f"from benchmarks.limit import *; print({call})"], capture_output=True,
-                         text=True, check=True, timeout=900).stdout
-    value = json.loads(out.strip().splitlines()[-1])
+    value = in_own_process(__name__, call)
     if cell["run"] == "matmul":
         return {"gflops": value / 1e9}
     return {"samples_per_second": value, "gflops": FLOPS_PER_EXAMPLE * value / 1e9}

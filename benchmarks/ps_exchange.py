@@ -22,7 +22,7 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.common import pinned
+from benchmarks.common import PLACEMENTS, placed, probe_costs
 from benchmarks.harness import Options
 from benchmarks.results import Result, spread
 
@@ -95,7 +95,7 @@ def model_step(steps: int, repeats: int) -> float:
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
-    return [{"placement": placement} for placement in ("a CPU each", "unpinned")]
+    return [{"placement": placement} for placement in PLACEMENTS]
 
 
 def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
@@ -107,7 +107,7 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
 
     def start(call: str, index: int, **streams: Any) -> subprocess.Popen:
         command = [sys.executable, "-c", f"from benchmarks.ps_exchange import ps, worker; {call}"]
-        return subprocess.Popen(pinned(command, cpus[index] if cell["placement"] == "a CPU each" else None),
+        return subprocess.Popen(placed(command, cell["placement"], cpus[index]),
                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, text=True, **streams)
 
     server = start(f"ps({ports})", 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -121,9 +121,7 @@ def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, f
         server.wait(timeout=30)
         release_ports(ports)
     small, large, model = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    per_byte = (large["seconds"] - small["seconds"]) / (large["bytes"] - small["bytes"])
-    return {"latency_ms": 1e3 * small["seconds"], "large_ms": 1e3 * large["seconds"], "ns_per_byte": 1e9 * per_byte,
-            "model_step_ms": 1e3 * model["seconds"]}
+    return {**probe_costs(small, large), "model_step_ms": 1e3 * model["seconds"]}
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:

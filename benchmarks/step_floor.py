@@ -15,14 +15,11 @@ alternating round by round.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
-from benchmarks.common import FULL_SIZE_SPEC, accuracy, config, full_size, train_quietly
+from benchmarks.common import FULL_SIZE_SPEC, accuracy, config, full_size, in_own_process, train_quietly
 from benchmarks.harness import Options
 from benchmarks.results import Result, spread
 
@@ -38,9 +35,7 @@ def cells(options: Options) -> list[dict[str, Any]]:
 def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
     steps = int(options.extra.get("steps", 50))
     call = f"floor({options.epochs}, {steps})" if cell["path"] == "floor" else f"fit({options.epochs}, {steps})"
-    out = subprocess.run([sys.executable, "-c", f"from benchmarks.step_floor import fit, floor; print({call})"],
-                         capture_output=True, text=True, check=True, timeout=900).stdout
-    speed, test_accuracy = json.loads(out.strip().splitlines()[-1])
+    speed, test_accuracy = in_own_process(__name__, call)
     return {"samples_per_second": speed, "test_accuracy": test_accuracy}
 
 

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import subprocess
-import sys
 import time
 from typing import Any
 
+from benchmarks.common import in_own_process
 from benchmarks.harness import Options
 from benchmarks.results import Result, median, spread
 
@@ -89,11 +87,11 @@ def project_way(epochs: int, fused_optimizer: bool = True) -> tuple[float, float
     return result.steady_samples_per_second, accuracy(result.model, test)
 
 
-def one(way: str, epochs: int) -> str:
-    """One way's training in this process, as JSON: steady samples/s and test accuracy."""
+def one(way: str, epochs: int) -> dict[str, float]:
+    """One way's training in this process: steady samples/s and test accuracy."""
     speed, test_accuracy = {"seed": seed_way, "project": project_way,
                             "project-newer-adam": lambda e: project_way(e, fused_optimizer=False)}[way](epochs)
-    return json.dumps({"samples_per_second": speed, "test_accuracy": test_accuracy})
+    return {"samples_per_second": speed, "test_accuracy": test_accuracy}
 
 
 def cells(options: Options) -> list[dict[str, Any]]:
@@ -101,10 +99,7 @@ def cells(options: Options) -> list[dict[str, Any]]:
 
 
 def measure(cell: dict[str, Any], context: Any, options: Options) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", f"from benchmarks.vs_seed import one; print(one({cell['way']!r}, "
-                                                f"{options.epochs}))"], capture_output=True, text=True, check=True,
-                         timeout=1800).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return in_own_process(__name__, f"one({cell['way']!r}, {options.epochs})", timeout=1800)
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:

@@ -1,11 +1,12 @@
-"""The chief's training run: the phases only the process that writes the outputs has.
+"""The chief's training run: the trainer's phases, and the recording only the process that writes the outputs does.
 
-Around :class:`tfdist.train.task_run.TaskRun`'s start, load and fit, the
-chief (or only) process also:
+:func:`train_chief` starts and loads a :class:`tfdist.train.task_run.TaskRun`,
+then hands it to a :class:`ChiefRun`, which:
 
-4. :meth:`ChiefRun.open`: points tracking at the store, checked before training so a bad URI fails in seconds;
-5. :meth:`ChiefRun.save`: saves the model, as a float32 copy, atomically (logged and registered per params);
-6. :meth:`ChiefRun.report`: builds the typed train report, with the hardware where training ran.
+1. :meth:`ChiefRun.open`: points tracking at the store, checked before training so a bad URI fails in seconds;
+2. :meth:`ChiefRun.recording`: holds the MLflow run open around the trainer's fit, each epoch sent as it is backed up;
+3. :meth:`Recording.finish`: saves the model as a float32 copy (logged and registered per params), builds the typed
+   train report with the hardware where training ran, and logs its summary; the outputs land as the run ends.
 """
 
 from __future__ import annotations
@@ -317,4 +318,3 @@ def detect_hardware(cluster_hosts: list[str] | None) -> Hardware:
     kinds = ["TPU"] if tf.config.list_logical_devices("TPU") else ["GPU"] if gpus else ["CPU"]
     models = [tf.config.experimental.get_device_details(gpu).get("device_name", "GPU") for gpu in gpus]
     return describe(kinds, models, cluster_hosts)
-

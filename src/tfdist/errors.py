@@ -47,6 +47,21 @@ class PeerLost(RunError):
     exit_at_once = True
 
 
+class TaskFailed(BaseException):
+    """A task of this process's local cluster failed while the main thread worked (exit 1).
+
+    Raised in the main thread from the signal the group's watcher sends
+    (:meth:`tfdist.cluster.processes.ProcessGroup.watch`), wherever that thread
+    is; a ``BaseException``, as :class:`Interrupted` is, so that an ``except
+    Exception`` there (logging's ``Handler.emit``, TensorFlow's coordinator)
+    cannot swallow it and leave the chief working on, unaware, for the watcher's
+    grace. The group turns it into :class:`RunError` as it is left.
+    """
+
+    exit_code = 1
+    exit_at_once = False
+
+
 class Interrupted(BaseException):
     """The process got SIGINT or SIGTERM and stopped (exit 128 + the signal number).
 

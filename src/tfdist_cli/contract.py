@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from tfdist import crash_points, native_logs
-from tfdist.errors import Interrupted, TfdistError
+from tfdist.errors import Interrupted, TaskFailed, TfdistError
 from tfdist.files import atomic, disk
 from tfdist_cli.stage_logs import configure_stage_logging
 
@@ -77,7 +77,7 @@ def stage_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("error: interrupted by SIGINT", err=True)
         raise click.exceptions.Exit(128 + signal.SIGINT) from None
-    except (TfdistError, Interrupted) as err:
+    except (TfdistError, Interrupted, TaskFailed) as err:  # TaskFailed: raised as its group was being left
         # The error line is the last word: a coordinator's threads still logging the same loss (a lost ps's
         # closures, "UnavailableError …") would otherwise print after it, under load.
         logging.getLogger("tensorflow").setLevel(logging.CRITICAL)

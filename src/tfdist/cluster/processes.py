@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from tfdist.errors import Interrupted, RunError
+from tfdist import native_logs
+from tfdist.errors import Interrupted, RunError, TaskFailed
 from tfdist.hardware import usable_cpus
 
 log = logging.getLogger(__name__)
@@ -50,24 +51,29 @@ class ProcessGroup:
     Args:
         out: where task output goes, each line prefixed with ``[task-name]``.
         stop_timeout: seconds a task gets between SIGTERM and SIGKILL.
+        failure_grace: seconds the main thread gets to react to a failed task
+            (see :meth:`watch`) before the process exits on its own.
     """
 
-    def __init__(self, out: IO[str] | None = None, stop_timeout: float = 5.0):
+    def __init__(self, out: IO[str] | None = None, stop_timeout: float = 5.0, failure_grace: float = 20.0):
         self.out = out or sys.stderr
         self.stop_timeout = stop_timeout
+        self.failure_grace = failure_grace
         self.tasks: list[_Task] = []
         self.failure: str | None = None
         self._write_lock = threading.Lock()
         self._fail_lock = threading.Lock()
+        self._stop_watching = threading.Event()
         self._previous_handlers: dict[int, Any] = {}
 
     def __enter__(self) -> ProcessGroup:
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                 self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
         return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> None:
+        self._stop_watching.set()
         if error is not None and not self.failure:
             time.sleep(0.5)  # a task's death often reaches this process first as an error of its own
             self.poll()
@@ -76,11 +82,14 @@ class ProcessGroup:
         finally:
             for signum, handler in self._previous_handlers.items():
                 signal.signal(signum, handler)
-        if self.failure and error is not None and str(error) != self.failure:
+        if self.failure and error is not None and (isinstance(error, TaskFailed) or str(error) != self.failure):
             raise RunError(self.failure) from None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        raise Interrupted(signum, "every task was stopped")
+        if signum == signal.SIGUSR1 and self.failure:
+            raise TaskFailed(self.failure)
+        if signum != signal.SIGUSR1:
+            raise Interrupted(signum, "every task was stopped")
 
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str], must_finish: bool = True,
               cpus: set[int] | None = None) -> int:
@@ -152,6 +161,31 @@ class ProcessGroup:
                 self.stop()
                 raise RunError(self.failure)
             time.sleep(interval)
+
+    def watch(self, interval: float = 0.5) -> None:
+        """Watch the tasks from a thread while the main thread does other work.
+
+        On a failure, the main thread gets :class:`RunError` (raised there as
+        :class:`TaskFailed`, through SIGUSR1, so a blocking wait is interrupted too
+        and no ``except Exception`` swallows it); if it has not left the group
+        ``failure_grace`` seconds later, the tasks are stopped and the process
+        exits 1 with the message.
+        """
+        main = threading.main_thread().ident
+        assert main is not None, "the main thread has started"
+
+        def run() -> None:
+            while not self._stop_watching.wait(interval):
+                self.poll()
+                if self.failure:
+                    signal.pthread_kill(main, signal.SIGUSR1)
+                    if not self._stop_watching.wait(self.failure_grace):
+                        self.stop()
+                        sys.stderr.write(f"error: {self.failure}\n")
+                        native_logs.exit_now(1)
+                    return
+
+        threading.Thread(target=run, name="watch-tasks", daemon=True).start()
 
     def _fail(self, task: _Task, code: int) -> None:
         with self._fail_lock:

@@ -10,7 +10,7 @@ import stages  # noqa: F401  (first: it filters TensorFlow's native start-up cha
 from tfdist.compare.stage import compare
 from tfdist.config.params import load_config
 from tfdist.files.disk import check_writable
-from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_outputs, stage_started
 
 
 @click.command()
@@ -30,8 +30,9 @@ def main(params_path: Path, overrides: tuple[str, ...], train_reports: Path, eva
         config = load_config(params_path, overrides)
         check_writable(out_dir)
         stage_started(out_dir)
-        comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, repeats_dir=repeats_dir,
-                             out_dir=out_dir)
+        with stage_outputs(summary=True) as outputs:  # the report, its figures and its MLflow run, all or none
+            comparison = compare(config, train_dir=train_reports, eval_dir=eval_reports, repeats_dir=repeats_dir,
+                                 out=outputs.stage(out_dir))
         click.echo(comparison.verdict)
         # what more machines would give, and the network it assumed (compare.network_*)
         click.echo(f"With more machines: {comparison.advice.scale}")

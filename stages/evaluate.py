@@ -11,7 +11,7 @@ from tfdist.config.params import check_run_name, load_config
 from tfdist.evaluate.stage import evaluate
 from tfdist.files import atomic, disk
 from tfdist.records.reports import write_report
-from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_outputs, stage_started
 
 
 @click.command()
@@ -38,7 +38,8 @@ def main(params_path: Path, overrides: tuple[str, ...], names: tuple[str, ...], 
                         for path in (reports_dir / f"{name}.json", reports_dir / "confusion" / f"{name}.csv")))
         results = evaluate(config, chosen, prepared_dir=data_dir, models_dir=models_dir,
                            train_reports=train_reports)
-        with atomic.atomic_outputs(crash_points=True) as outputs:  # once every model is evaluated, all or none: no half-done set
+        # once every model is evaluated (its metrics logged to its run), all or none: no half-done set
+        with stage_outputs(summary=True) as outputs:
             for result in results:
                 atomic.write_csv(reports_dir / "confusion" / f"{result.report.name}.csv", result.confusion_rows(),
                                  ("actual", "predicted"), outputs=outputs)

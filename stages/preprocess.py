@@ -10,7 +10,7 @@ import stages  # noqa: F401  (first: it filters TensorFlow's native start-up cha
 from tfdist.config.params import load_config
 from tfdist.data.stage import preprocess
 from tfdist.files import atomic, disk
-from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_started
+from tfdist_cli.contract import config_options, run_stage, stage_errors, stage_outputs, stage_started
 
 
 @click.command()
@@ -25,7 +25,7 @@ def main(params_path: Path, overrides: tuple[str, ...], out_dir: Path, report: P
         config = load_config(params_path, overrides)
         disk.check_writable(out_dir, report)
         stage_started(out_dir, report)
-        with atomic.atomic_outputs(crash_points=True) as outputs:  # the data and its summary, all or none
+        with stage_outputs() as outputs:  # the data and its summary, all or none
             atomic.write_json(report, preprocess(config, out_dir, outputs=outputs), outputs=outputs)
 
 

@@ -7,7 +7,7 @@ import yaml
 
 from tfdist.config.knobs import ROLES, Config, ConfigError
 from tfdist.config.params import check_run_name, knob_roles, load_config, parse_override, to_flat_dict
-from tfdist.train.resume import run_key
+from tfdist.resume.backup import run_key
 
 from helpers.project import REPO, tiny_params
 

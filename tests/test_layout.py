@@ -24,8 +24,9 @@ FLOORS = {
     "tfdist.data": 1,
     "tfdist.distribute": 2,
     "tfdist.cluster": 3, "tfdist.tracking": 3,
-    "tfdist.train": 4, "tfdist.evaluate": 4, "tfdist.compare": 4,
-    "tfdist_cli": 5,  # the command line: click, over the whole library
+    "tfdist.resume": 4,  # a run's backup and what a rerun skips: over tracking, under the stages
+    "tfdist.train": 5, "tfdist.evaluate": 5, "tfdist.compare": 5,
+    "tfdist_cli": 6,  # the command line: click, over the whole library
 }
 
 
@@ -99,7 +100,9 @@ MLFLOW_IMPORTERS = {
     "tfdist.tracking.runs": "runs, params, metrics, tags, datasets",
     "tfdist.tracking.models": "saves, logs, loads and registers models",
     "tfdist.tracking.addresses": "finds the newest execution for the UI's address",
-    "tfdist.tracking.outage": "sends metrics through MLflow's client while the store comes and goes",
+    "tfdist.tracking.outage": "tells a store that stopped answering from a request it refused",
+    "tfdist.resume.outbox": "sends each epoch's metrics through MLflow's client, off the training path",
+    "tfdist.resume.rerun": "asks a run what it holds already (its model, its metric values)",
     "tfdist.tracking.schema": "migrates MLflow's schema once per version",
     "tfdist.tracking.server_app": "a plugin that runs inside mlflow server",
     "tfdist.tracking.mlflow_private": "MLflow's private API, each use tested",

@@ -106,6 +106,20 @@ def stage_started(*outputs: Path) -> None:
     crash_points.crash_point("start")
 
 
+@contextlib.contextmanager
+def stage_outputs(*, summary: bool = False) -> Iterator[atomic.Outputs]:
+    """A stage's outputs, replaced together once the block ends (:func:`tfdist.files.atomic.atomic_outputs`).
+
+    The commit passes the ``outputs.*`` crash points; with ``summary`` (the
+    block logged the stage's results to MLflow), ``run.summary`` is passed as
+    the block ends, before any output is in place.
+    """
+    with atomic.atomic_outputs(crash_points.crash_point) as outputs:
+        yield outputs
+        if summary:
+            crash_points.crash_point("run.summary")
+
+
 def _disk_trouble(err: Exception) -> int | None:
     """The exit code for a disk that filled (1) or cannot be written (2); None for any other error (a bug: traceback)."""
     if disk.is_disk_full(err):

@@ -121,7 +121,7 @@ def test_a_raylet_killed_mid_training_restarts_the_group_once_its_node_is_back_a
     assert len(placed(first)) == 3 and len(placed(again)) == 3, "the group started again"
     assert hosts.addresses[1] in placed(again).values(), "on the node back"
     assert "its node or raylet may be gone" in first or "lost worker" in first, first[-3000:]
-    assert re.search(r"INFO tfdist.train.resume: resuming from the backup .*: epochs 1-\d are done", output), output[-3000:]
+    assert re.search(r"INFO tfdist.resume: resuming from the backup .*: epochs 1-\d are done", output), output[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     run = mlflow.get_run(report(tmp_path, "multi_worker_mirrored")["mlflow_run_id"])
     assert run.info.status == "FINISHED"

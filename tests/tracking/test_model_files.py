@@ -28,7 +28,7 @@ def saved(tmp_path_factory):
     model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(3, activation="softmax")])
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     folder = tmp_path_factory.mktemp("model") / "normal"
-    save_model(model, folder, example=np.zeros((2, 4), dtype=np.float32), log_to_run=False)
+    save_model(model, folder, example=np.zeros((2, 4), dtype=np.float32))
     return folder, model
 
 

@@ -10,7 +10,8 @@ import requests
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 
-from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable, unreachable
+from tfdist.resume.outbox import MetricsOutbox
+from tfdist.tracking.outage import Patience, StoreUnreachable, unreachable
 
 from helpers.servers import free_ports
 

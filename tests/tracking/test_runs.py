@@ -9,8 +9,10 @@ import pytest
 from tfdist.config.knobs import MlflowConfig
 from tfdist.errors import InputError
 from tfdist.files.workspace import workspace_root
+from tfdist.resume import rerun
+from tfdist.resume.outbox import MetricsOutbox
 from tfdist.tracking import experiment, models, runs
-from tfdist.tracking.outage import MetricsOutbox, Patience
+from tfdist.tracking.outage import Patience
 from tfdist.tracking.store import redact, store_uri
 
 from helpers.digits import MNIST
@@ -56,7 +58,7 @@ def test_a_failing_run_is_marked_failed(store):
 def test_metrics_can_be_added_to_a_finished_run(store):
     with runs.start_run("r", params={}, tags={}) as run_id:
         pass
-    runs.log_metrics({"test_accuracy": 0.9}, run_id=run_id)
+    rerun.log_missing_metrics({"test_accuracy": 0.9}, run_id=run_id)
     run = mlflow.get_run(run_id)
     assert run.data.metrics["test_accuracy"] == 0.9 and run.info.status == "FINISHED"
 
@@ -67,7 +69,7 @@ def test_model_saved_for_evaluate_and_pyfunc(tmp_path, store):
 
     model = build_sequential(ModelConfig(hidden_units=[8]), MNIST, exported=True)
     example = __import__("numpy").zeros((2, 784), dtype="float32")
-    models.save_model(model, tmp_path / "m", example=example, log_to_run=False)
+    models.save_model(model, tmp_path / "m", example=example)
     loaded = models.load_model(tmp_path / "m")
     assert loaded.predict(example, verbose=0).shape == (2, 10)
     assert mlflow.pyfunc.load_model(str(tmp_path / "m")).predict(example).shape == (2, 10)
@@ -89,8 +91,11 @@ def test_registered_models_are_versions_of_one_name_tagged_with_their_strategy(t
     for strategy in ("default", "mirrored"):
         with runs.start_run(strategy, params={}, tags={}):
             model = build_sequential(ModelConfig(hidden_units=[8]), MNIST, exported=True)
-            versions.append(models.save_model(model, tmp_path / strategy, example=example, log_to_run=True,
-                                                register_as="digits", version_tags={"strategy": strategy}))
+            saved = models.save_model(model, tmp_path / strategy, example=example)
+            version = models.log_model(saved, register_as="digits", patience=Patience(0.0, ""))
+            assert version is not None
+            models.tag_version("digits", version, {"strategy": strategy}, Patience(0.0, ""))
+            versions.append(version)
     assert versions == ["1", "2"]
     client = mlflow.MlflowClient()
     assert [client.get_model_version("digits", v).tags["strategy"] for v in versions] == ["default", "mirrored"]

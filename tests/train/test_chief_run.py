@@ -9,22 +9,22 @@ from tfdist.config.knobs import MlflowConfig
 from tfdist.config.params import load_config
 from tfdist.distribute.registry import get_spec
 from tfdist.hardware import CpuMeter
+from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import TrainReport, read_report, write_report
 from tfdist.records.run_names import RunPaths
+from tfdist.resume.backup import RunBackup
+from tfdist.resume.outbox import MetricsOutbox, TrackedEpochs
 from tfdist.tf_imports import tf
 from tfdist.tracking import experiment, runs
-from tfdist.tracking.outage import MetricsOutbox, Patience
-from tfdist.train.chief_run import ChiefRun, TrackedEpochs
-from tfdist.train.precision import hardware_support
-from tfdist.train.resume import RunBackup
-from tfdist.train.step_costs import Costs
+from tfdist.tracking.outage import Patience
+from tfdist.train.chief_run import ChiefRun
 from tfdist.train.task_run import TaskRun
 
 from helpers.project import tiny_params
 
 
 def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
-    config = load_config(tiny_params(tmp_path, train={"epochs": 1}))
+    config = load_config(tiny_params(tmp_path, train={"epochs": 1}, mlflow={"log_models": True}))
     paths = RunPaths(prepared_copy, tmp_path / "models" / "phases", tmp_path / "backups")
     trainer = TaskRun(config, get_spec("default"), "phases", paths)
 
@@ -37,23 +37,30 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     run.open()  # the store exists now, before any training
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
 
-    with CpuMeter() as cpu:
-        result = trainer.fit()
-    assert [row["epoch"] for row in result.history] == [1]
-    assert (trainer.backup.folder / "state.json").is_file(), "the epoch was backed up"
-    index = next(trainer.backup.folder.rglob("*.index"))
-    names = [name for name, _ in tf.train.list_variables(str(index.with_suffix("")))]
-    assert names and not [name for name in names if "Sequential" in name or "Classifier" in name], (
-        "a backup names no model class, so renaming one keeps old backups restoring")
-    digest = run.save(result, paths.model, Patience(30.0, "the test store"))
-    assert (paths.model / "MLmodel").is_file() and len(digest) == 64
+    with run.recording() as recording:
+        with CpuMeter() as cpu:
+            result = trainer.fit([recording.epochs])
+        assert [row["epoch"] for row in result.history] == [1]
+        assert (trainer.backup.folder / "state.json").is_file(), "the epoch was backed up"
+        index = next(trainer.backup.folder.rglob("*.index"))
+        names = [name for name, _ in tf.train.list_variables(str(index.with_suffix("")))]
+        assert names and not [name for name in names if "Sequential" in name or "Classifier" in name], (
+            "a backup names no model class, so renaming one keeps old backups restoring")
+        saved = recording.save_model(result)
+        assert (saved.path / "MLmodel").is_file() and not paths.model.exists(), "staged, not yet in place"
+        recording.log_model(saved)
+        assert mlflow.MlflowClient().search_logged_models([mlflow.active_run().info.experiment_id])
+        report = recording.summarize(result, saved, cpu).report
+    assert (paths.model / "MLmodel").is_file(), "in place once the run ended"
+    assert not trainer.backup.folder.exists(), "the backup goes once the outputs are in place"
+    assert mlflow.get_run(report.mlflow_run_id).info.status == "FINISHED"
+    assert mlflow_metrics(report).items() <= mlflow.get_run(report.mlflow_run_id).data.metrics.items()
 
-    report = run.report(result, digest, "", hardware_support("float32"), cpu, costs=Costs([1], 0))
     assert isinstance(report, TrainReport) and report.run_label == "phases · fit · float32"
     assert report.machine is not None and report.machine.usable_cpus == len(os.sched_getaffinity(0))
     assert 0 <= report.machine.steal_percent <= 100 and 0 <= report.machine.others_percent <= 100
     assert report.paradigm == "none" and report.hardware.cpu_cores == os.cpu_count()
-    assert report.hardware.device_kinds in (["CPU"], ["GPU"]) and report.weights_sha256 == digest
+    assert report.hardware.device_kinds in (["CPU"], ["GPU"]) and len(report.weights_sha256) == 64
     write_report(tmp_path / "phases.json", report)
     assert read_report(tmp_path / "phases.json", TrainReport) == report
 

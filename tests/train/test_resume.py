@@ -106,7 +106,7 @@ def test_a_local_multi_worker_run_restarts_its_tasks_when_one_is_killed(workdir)
     assert process.returncode == 0, output[-3000:]
     assert f"task worker-1 (pid {victim}) was killed by SIGKILL" in output
     assert "restarting every task (restart 1 of 1)" in output
-    assert re.search(r"\[worker-0\] INFO tfdist.train.resume: resuming from the backup .* continuing at epoch [3-9]", output)
+    assert re.search(r"\[worker-0\] INFO tfdist.resume: resuming from the backup .* continuing at epoch [3-9]", output)
     report = json.loads((workdir / "reports" / "mwms.json").read_text())
     assert report["epochs"] == epochs and report["resumed_at_epoch"] >= 2 and report["val_accuracy"] > 0.85
     (run,) = runs(workdir)

@@ -13,13 +13,13 @@ from tfdist.compare.comparison import Comparison, headline_metrics, to_json
 from tfdist.compare.compute import Round, build_comparison, training_seconds
 from tfdist.compare.render import plot_figures, render_html, render_markdown
 from tfdist.config.knobs import Config
-from tfdist.crash_points import crash_point
 from tfdist.distribute.registry import check_pipeline
 from tfdist.files import atomic
 from tfdist.records.history import read_history
 from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import EvalReport, TrainReport, read_report
 from tfdist.records.run_names import planned
+from tfdist.resume import rerun
 from tfdist.tracking import addresses, experiment, models, runs
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 CURVE_COLUMNS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
 
-def compare(config: Config, *, train_dir: Path, eval_dir: Path, repeats_dir: Path, out_dir: Path) -> Comparison:
-    """Compare normal training with each of ``distributed.strategies`` into ``out_dir``; attach it to the execution's run.
+def compare(config: Config, *, train_dir: Path, eval_dir: Path, repeats_dir: Path, out: Path) -> Comparison:
+    """Compare normal training with each of ``distributed.strategies`` into folder ``out``; attach it to the execution's run.
 
     Writes compare.json (everything), compare.md and compare.html (the same
     report), figures/, metrics.json (the headline numbers, for ``dvc exp
@@ -48,20 +48,18 @@ def compare(config: Config, *, train_dir: Path, eval_dir: Path, repeats_dir: Pat
     histories = {n: read_history(train_dir / "history" / f"{n}.csv") for n in names}
     comparison = build_comparison(train_reports, eval_reports, histories, config.compare,
                                   rounds=_rounds(config, train_reports, histories, repeats_dir))
-    with atomic.atomic_path(out_dir, crash_points=True) as tmp:
-        figures = plot_figures(comparison, histories, tmp / "figures")
-        atomic.write_json(tmp / "compare.json", to_json(comparison))
-        atomic.write_json(tmp / "metrics.json", {  # a run that never reached the target has no time to it
-            name: {key: round(value, 4) for key, value in headline_metrics(row).items()}
-            for name, row in comparison.runs.items()
-        })
-        curves = [{"run": name, **row, "epoch": int(row["epoch"]), "training_seconds": round(seconds, 4)}
-                  for name in names for row, seconds in zip(histories[name], training_seconds(histories[name]), strict=True)]
-        atomic.write_csv(tmp / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS, "training_seconds"))
-        atomic.write_text(tmp / "compare.md", render_markdown(comparison))
-        atomic.write_text(tmp / "compare.html", render_html(comparison, tmp))
-        _track_comparison(config, comparison, [tmp / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
-        crash_point("run.summary")
+    figures = plot_figures(comparison, histories, out / "figures")
+    atomic.write_json(out / "compare.json", to_json(comparison))
+    atomic.write_json(out / "metrics.json", {  # a run that never reached the target has no time to it
+        name: {key: round(value, 4) for key, value in headline_metrics(row).items()}
+        for name, row in comparison.runs.items()
+    })
+    curves = [{"run": name, **row, "epoch": int(row["epoch"]), "training_seconds": round(seconds, 4)}
+              for name in names for row, seconds in zip(histories[name], training_seconds(histories[name]), strict=True)]
+    atomic.write_csv(out / "curves.csv", curves, ("run", "epoch", *CURVE_COLUMNS, "training_seconds"))
+    atomic.write_text(out / "compare.md", render_markdown(comparison))
+    atomic.write_text(out / "compare.html", render_html(comparison, out))
+    _track_comparison(config, comparison, [out / f"compare.{kind}" for kind in ("json", "md", "html")], figures)
     log.info("%s", comparison.verdict)
     return comparison
 
@@ -102,7 +100,7 @@ def _track_comparison(config: Config, comparison: Comparison, files: list[Path],
         })
         fastest = max(rows, key=lambda row: row.speedup)
         interval = fastest.interval("speedup")
-        runs.log_metrics({
+        rerun.log_missing_metrics({
             "best_speedup": fastest.speedup,
             **({"best_speedup_low": interval.low, "best_speedup_high": interval.high} if interval else {}),
             "best_test_accuracy": ranked[0].test_accuracy,
@@ -112,7 +110,7 @@ def _track_comparison(config: Config, comparison: Comparison, files: list[Path],
         runs.log_artifacts(figures, "figures")
     for row in rows:  # what the comparison measured of each run (its time to accuracy), beside its curves
         if row.report.mlflow_run_id:
-            runs.log_metrics(mlflow_metrics(row, nested=False), run_id=row.report.mlflow_run_id)
+            rerun.log_missing_metrics(mlflow_metrics(row, nested=False), run_id=row.report.mlflow_run_id)
     if config.mlflow.register_models:
         models.set_champion(config.mlflow.registered_model,
                             [row.report.mlflow_run_id for row in ranked if row.report.mlflow_run_id])

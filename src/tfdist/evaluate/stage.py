@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from tfdist.config.knobs import Config
-from tfdist.crash_points import crash_point
 from tfdist.data.prepared import DataSpec, Split, load_spec, load_split, scaled
 from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import EvalReport, TrainReport, from_dict, read_report
-from tfdist.tracking import experiment, models, runs
+from tfdist.resume import rerun
+from tfdist.tracking import experiment, models
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,9 @@ def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir
         metrics, predicted = evaluate_model(models.load_model(models_dir / name), test, data)
         report = from_dict(EvalReport, {"name": name, **metrics}, name)
         if run_ids[name]:
-            runs.log_metrics(mlflow_metrics(report), run_id=run_ids[name])
+            rerun.log_missing_metrics(mlflow_metrics(report), run_id=run_ids[name])
         log.info("%s: test accuracy %.4f, loss %.4f on %d images", name, report.accuracy, report.loss, len(test))
         results.append(Evaluation(report, test.y, predicted, data.class_names))
-    crash_point("run.summary")
     return results
 
 

@@ -19,11 +19,10 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tfdist.crash_points import crash_point
 from tfdist.files.disk import write_error
 from tfdist.files.locks import try_flock
 
@@ -40,14 +39,14 @@ class Outputs:
     debris from a living run's work (:func:`sweep_staging`).
 
     Args:
-        crash_points: a stage's own outputs: pass the ``outputs.*`` crash points
-            (:func:`~tfdist.crash_points.crash_point`) as they are staged and committed.
+        moments: told ``outputs.staged``, ``outputs.commit`` and ``outputs.committed`` as the commit passes them
+            (a stage's own outputs: its crash points, :mod:`tfdist.crash_points`).
     """
 
-    def __init__(self, crash_points: bool = False) -> None:
+    def __init__(self, moments: Callable[[str], None] | None = None) -> None:
         self._staged: list[tuple[Path, Path, Path, int | None]] = []  # (target, its temporary folder, staged, size)
         self._locks: list[int] = []
-        self.crash_points = crash_points
+        self.moments = moments or (lambda name: None)
 
     def stage(self, target: Path | str, size: int | None = None) -> Path:
         """A temporary path beside ``target`` to write it at (``size``: the bytes it will take, if known)."""
@@ -66,7 +65,7 @@ class Outputs:
         for target, _, staged, _ in self._staged:
             if not staged.exists():
                 raise FileNotFoundError(f"nothing was written for {target}")
-        self._crash_point("outputs.staged")
+        self.moments("outputs.staged")
         renames = 0
         for target, tmp, staged, _ in self._staged:
             moves = [(target, tmp / (target.name + ".old"))] if staged.is_dir() and target.is_dir() else []
@@ -74,8 +73,8 @@ class Outputs:
                 os.replace(source, destination)
                 renames += 1
                 if renames == 1:  # the first output in place, or a folder's old one moved away: the rest not yet
-                    self._crash_point("outputs.commit")
-        self._crash_point("outputs.committed")
+                    self.moments("outputs.commit")
+        self.moments("outputs.committed")
 
     def discard(self) -> None:
         """Remove every temporary, staged or replaced, and release their locks."""
@@ -85,10 +84,6 @@ class Outputs:
             os.close(fd)
         self._staged.clear()
         self._locks.clear()
-
-    def _crash_point(self, name: str) -> None:
-        if self.crash_points:
-            crash_point(name)
 
     def failed(self, err: OSError) -> Exception:
         """``err`` as the error a user reads, when it is a full disk or a folder that cannot be written."""
@@ -100,12 +95,12 @@ class Outputs:
 
 
 @contextlib.contextmanager
-def atomic_outputs(crash_points: bool = False) -> Iterator[Outputs]:
+def atomic_outputs(moments: Callable[[str], None] | None = None) -> Iterator[Outputs]:
     """Stage outputs with :meth:`Outputs.stage` in the block; all replace their targets when it ends without error.
 
-    ``crash_points``: these are a stage's outputs (see :class:`Outputs`).
+    ``moments``: told the commit's moments (see :class:`Outputs`).
     """
-    outputs = Outputs(crash_points)
+    outputs = Outputs(moments)
     try:
         yield outputs
         outputs.commit()
@@ -116,7 +111,7 @@ def atomic_outputs(crash_points: bool = False) -> Iterator[Outputs]:
 
 
 @contextlib.contextmanager
-def atomic_path(target: Path | str, size: int | None = None, crash_points: bool = False) -> Iterator[Path]:
+def atomic_path(target: Path | str, size: int | None = None) -> Iterator[Path]:
     """Yield a temporary sibling path; on success rename it onto ``target``.
 
     Works for files and folders: whatever the caller creates at the yielded
@@ -124,7 +119,7 @@ def atomic_path(target: Path | str, size: int | None = None, crash_points: bool 
     is left as it was; a full disk or a folder that cannot be written is
     raised as the one line a user reads (``size``: the bytes it would take).
     """
-    with atomic_outputs(crash_points) as outputs:
+    with atomic_outputs() as outputs:
         yield outputs.stage(target, size)
 
 

@@ -11,14 +11,13 @@ import io
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from mlflow.entities import LoggedModelStatus
 from mlflow.models import infer_signature
 
-from tfdist.crash_points import crash_point
 from tfdist.errors import InputError
 from tfdist.tracking.outage import Patience
 
@@ -40,68 +39,53 @@ def _model_kwargs(model: Any, example: Any) -> dict[str, Any]:
     }
 
 
-def save_model(
-    model: Any, path: Path, *, example: Any, log_to_run: bool, register_as: str | None = None,
-    version_tags: Mapping[str, str] | None = None, patience: Patience | None = None,
-) -> str | None:
-    """Save ``model`` as an MLflow model folder (loadable by evaluate and pyfunc).
+@dataclass(frozen=True)
+class SavedModel:
+    """A model saved in its folder, with what logging it again needs (its signature, computed once)."""
 
-    With ``log_to_run`` it is also logged to the active run as ``model``; the
-    signature (one prediction) is computed once for both. With ``register_as``
-    the logged model becomes a new version of that registered model, tagged
-    with ``version_tags``; the version is returned. With ``patience``, logging
-    waits for a store (or its artifact store) that stopped answering.
+    model: Any
+    path: Path
+    kwargs: dict[str, Any]
 
-    A run that already holds its model (a rerun after a kill once the model
-    was logged) is not given a second one, nor a second version.
+
+def save_model(model: Any, path: Path, *, example: Any) -> SavedModel:
+    """Save ``model`` as an MLflow model folder at ``path`` (loadable by evaluate and pyfunc).
+
+    The signature (one prediction of ``example``) is computed here, once, for
+    :func:`log_model` too.
     """
     import mlflow.tensorflow  # imports TensorFlow: only where a model is saved
 
-    patience = patience or Patience(0.0, "")
     # MLflow validates the input example with a Keras predict that draws a progress bar on stdout.
     with contextlib.redirect_stdout(io.StringIO()):
         kwargs = _model_kwargs(model, example)
         mlflow.tensorflow.save_model(model, str(path), **kwargs)
-        crash_point("model.written")
-        logged, version = patience.call(lambda: _logged_before(register_as), "the model") if log_to_run else (True, None)
-        if not logged:
-            info = patience.call(lambda: mlflow.tensorflow.log_model(
-                model, name="model", registered_model_name=register_as, **kwargs), "the model")
-            version = info.registered_model_version
-    crash_point("model.logged")
-    if register_as and version is not None:
-        client = mlflow.MlflowClient()
-        for key, value in (version_tags or {}).items():
-            patience.call(functools.partial(client.set_model_version_tag, register_as, str(version), key, str(value)),
-                          "the model version's tags")
-        log.info("registered the model as %s version %s", register_as, version)
+    return SavedModel(model, path, kwargs)
+
+
+def log_model(saved: SavedModel, *, register_as: str | None, patience: Patience) -> str | None:
+    """Log ``saved`` to the active run as ``model`` (waiting within ``patience``); with ``register_as``, its version.
+
+    With ``register_as`` the logged model becomes a new version of that
+    registered model. Whether the run holds its model already (a rerun) is
+    the caller's to ask first (:func:`tfdist.resume.rerun.logged_model`).
+    """
+    import mlflow.tensorflow
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        info = patience.call(lambda: mlflow.tensorflow.log_model(
+            saved.model, name="model", registered_model_name=register_as, **saved.kwargs), "the model")
+    version = info.registered_model_version
     return None if version is None else str(version)
 
 
-def _logged_before(register_as: str | None) -> tuple[bool, int | str | None]:
-    """Whether a killed attempt of the active run logged its model already, and that model's version.
-
-    A model that attempt left unfinished (not READY) is deleted, to be logged
-    again; one logged but not yet registered is registered now.
-    """
-    run = mlflow.active_run()
-    assert run is not None, "a model is logged to the active run"
+def tag_version(register_as: str, version: str, tags: Mapping[str, str], patience: Patience) -> None:
+    """Tag version ``version`` of registered model ``register_as`` (waiting within ``patience``)."""
     client = mlflow.MlflowClient()
-    found = client.search_logged_models([run.info.experiment_id],
-                                        filter_string=f"source_run_id = '{run.info.run_id}' AND name = 'model'")
-    ready = [logged for logged in found if logged.status == LoggedModelStatus.READY]
-    for logged in found:
-        if logged.status != LoggedModelStatus.READY:
-            client.delete_logged_model(logged.model_id)
-    if not ready:
-        return False, None
-    log.info("the run holds its model already (%s): not logging it again", ready[0].model_id)
-    if register_as is None:
-        return True, None
-    versions = client.search_model_versions(f"name = '{register_as}' AND run_id = '{run.info.run_id}'")
-    if versions:
-        return True, versions[0].version
-    return True, mlflow.register_model(ready[0].model_uri, register_as).version
+    for key, value in tags.items():
+        patience.call(functools.partial(client.set_model_version_tag, register_as, version, key, str(value)),
+                      "the model version's tags")
+    log.info("registered the model as %s version %s", register_as, version)
 
 
 #: The alias the compare stage moves to the best registered version: models:/<name>@champion loads it.

@@ -2,7 +2,7 @@
 
 A server restarting, a database failing over, the object store behind the
 server down for a minute: none of it should cost a training. Epoch metrics go
-through :class:`MetricsOutbox`, a thread off the training path that keeps what
+through :class:`tfdist.resume.outbox.MetricsOutbox`, a thread off the training path that keeps what
 the store did not take and sends it, with its original timestamps, once the
 store answers again. The run's last writes (the model, the summary metrics,
 its end) go through :meth:`Patience.call`, which retries them.
@@ -19,11 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TypeVar
 
-from mlflow import MlflowClient
-from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 
 from tfdist.errors import RunError
@@ -34,8 +32,6 @@ log = logging.getLogger("tfdist.tracking")
 T = TypeVar("T")
 #: Seconds between attempts while the store does not answer: doubling from the first to the last.
 RETRY_DELAYS = (1.0, 5.0)
-#: MLflow takes at most this many metrics in one ``log_batch``.
-BATCH_LIMIT = 1000
 #: MLflow's error codes for a store that failed to serve, not a request it refused.
 _SERVER_SIDE_CODES = {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"}
 
@@ -135,86 +131,3 @@ def _reason(err: BaseException) -> str:
         if cause in text:
             return cause.replace("too many 5", "HTTP 5xx") if cause == "too many 5" else cause
     return text[:200]
-
-
-#: A queued metric: key, value, timestamp (ms), step.
-MetricRow = tuple[str, float, int, int]
-
-
-class MetricsOutbox:
-    """Epoch metrics of run ``run_id``, sent by a thread of their own; what the store has not taken yet stays here.
-
-    :meth:`put` never waits for the store. :meth:`unsent` is what a run that
-    stops in an outage names as not recorded; :meth:`flush` waits (within the
-    outage's patience) until everything is sent.
-    """
-
-    def __init__(self, run_id: str, patience: Patience):
-        self.run_id, self.patience = run_id, patience
-        self._client = MlflowClient()
-        self._pending: list[MetricRow] = []
-        self._error: BaseException | None = None
-        self._closed = False
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._send, name="tfdist-metrics", daemon=True)
-        self._thread.start()
-
-    def put(self, metrics: Mapping[str, float], step: int, timestamp: int | None = None) -> None:
-        """Queue ``metrics`` at ``step``, stamped ``timestamp`` (ms, now by default).
-
-        The store keeps one copy of a metric it already has with the same key,
-        value, step and timestamp, so putting the same stamped metrics again is harmless.
-        """
-        timestamp = int(time.time() * 1000) if timestamp is None else timestamp
-        with self._changed:
-            self._pending.extend((key, float(value), timestamp, step) for key, value in metrics.items())
-            self._changed.notify_all()
-
-    def unsent(self) -> list[MetricRow]:
-        with self._changed:
-            return list(self._pending)
-
-    def flush(self, what: str = "the epochs' metrics") -> None:
-        """Wait until every metric is sent; StoreUnreachable once the outage outlasts the timeout."""
-        with self._changed:
-            while self._pending and self._error is None:
-                if self.patience.down and self.patience.seconds_left() <= 0:
-                    raise StoreUnreachable(what)
-                self._changed.wait(0.2)
-            if self._error is not None:
-                raise self._error
-
-    def close(self) -> None:
-        """Stop the thread (what is unsent stays in :meth:`unsent`)."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-        self._thread.join(timeout=60)
-
-    def _send(self) -> None:
-        delay = RETRY_DELAYS[0]
-        while True:
-            with self._changed:
-                while not self._pending and not self._closed:
-                    self._changed.wait()
-                if self._closed:
-                    return
-                batch = self._pending[:BATCH_LIMIT]
-            try:
-                self._client.log_batch(self.run_id, metrics=[Metric(*row) for row in batch])
-            except Exception as err:
-                if not unreachable(err):
-                    with self._changed:
-                        self._error = err
-                        self._changed.notify_all()
-                    return
-                self.patience.failed(err)
-                with self._changed:
-                    self._changed.wait_for(lambda: self._closed, timeout=delay)
-                delay = min(delay * 2, RETRY_DELAYS[1])
-                continue
-            self.patience.answered()
-            delay = RETRY_DELAYS[0]
-            with self._changed:
-                del self._pending[:len(batch)]
-                self._changed.notify_all()

@@ -221,39 +221,6 @@ def close_if_running(run_id: str, status: str, *, overriding: Collection[str] = 
     return True
 
 
-def log_metrics(metrics: Mapping[str, float], *, run_id: str | None = None, patience: Patience | None = None) -> None:
-    """Log final (step-less) metrics to the active run (waiting within ``patience``), or reopen ``run_id``.
-
-    A value the run holds already is not logged again: a stage rerun after a
-    kill that came once its metrics were logged leaves one value per metric, not two at one step.
-    """
-    values = {key: float(value) for key, value in metrics.items()}
-    if run_id is None:
-        if patience is None:
-            _log_new(values)
-        else:
-            patience.call(lambda: _log_new(values), "the summary metrics")
-        return
-    with reopen(run_id):
-        _log_new(values)
-
-
-def _log_new(values: Mapping[str, float]) -> None:
-    """Log to the active run, at step 0, those of ``values`` it does not hold there with that value.
-
-    One read of the run's latest values; a metric whose latest is another (one
-    also logged per epoch, at later steps) has its history read.
-    """
-    run = mlflow.active_run()
-    assert run is not None, "metrics are logged to the active run"
-    client = mlflow.MlflowClient()
-    latest = client.get_run(run.info.run_id).data.metrics
-    new = {key: value for key, value in values.items() if latest.get(key) != value and not (
-        key in latest and any(m.step == 0 and m.value == value for m in client.get_metric_history(run.info.run_id, key)))}
-    if new:
-        mlflow.log_metrics(new)
-
-
 @contextlib.contextmanager
 def reopen(run_id: str) -> Iterator[None]:
     """Make the ended run ``run_id`` active again to add to it; it ends as :func:`start_run`'s do."""

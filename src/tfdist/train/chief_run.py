@@ -1,12 +1,12 @@
-"""The chief's training run: the trainer's phases, and the recording only the process that writes the outputs does.
+"""The chief's recording: what only the process that writes the stage's outputs does around the trainer's fit.
 
-:func:`train_chief` starts and loads a :class:`tfdist.train.task_run.TaskRun`,
-then hands it to a :class:`ChiefRun`, which:
+:func:`tfdist.train.phases.train_chief` hands a started and loaded
+:class:`tfdist.train.task_run.TaskRun` to a :class:`ChiefRun`, which:
 
 1. :meth:`ChiefRun.open`: points tracking at the store, checked before training so a bad URI fails in seconds;
 2. :meth:`ChiefRun.recording`: holds the MLflow run open around the trainer's fit, each epoch sent as it is backed up;
-3. :meth:`Recording.finish`: saves the model as a float32 copy (logged and registered per params), builds the typed
-   train report with the hardware where training ran, and logs its summary; the outputs land as the run ends.
+3. :class:`Recording`: saves the model as a float32 copy, logs (and registers) it per params, builds the typed train
+   report with the hardware where training ran, and logs its summary; the outputs land as the run ends.
 """
 
 from __future__ import annotations
@@ -16,36 +16,34 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.config.knobs import MIXED_PRECISIONS, Config
 from tfdist.config.params import to_flat_dict
-from tfdist.crash_points import crash_point
 from tfdist.data.prepared import load_split, scaled, splits_digest
-from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
-from tfdist.errors import InputError
 from tfdist.files import atomic
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.records.history import write_history
 from tfdist.records.measures import mlflow_metrics
-from tfdist.records.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, from_dict, to_dict, write_report
+from tfdist.records.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, to_dict, write_report
 from tfdist.records.run_names import RunPaths, run_label
+from tfdist.resume import rerun
+from tfdist.resume.checkpoints import Moments
+from tfdist.resume.outbox import MetricsOutbox, TrackedEpochs
 from tfdist.runtime.allocator import allocator_in_use
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import onednn_in_use
 from tfdist.tracking import experiment, models, runs
-from tfdist.tracking.outage import MetricsOutbox, Patience, StoreUnreachable
+from tfdist.tracking.models import SavedModel
+from tfdist.tracking.outage import Patience, StoreUnreachable
 from tfdist.tracking.store import redact
 from tfdist.train.callbacks import Diverged
 from tfdist.train.checks import applied_compression
 from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
-from tfdist.train.resume import RunBackup
-from tfdist.train.resume_callbacks import ResumePoint, set_aside_if_damaged
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
 
@@ -61,54 +59,6 @@ _MISSING_AFTER = {
     "the epochs' metrics": (_END,),
     _END: (_END,),
 }
-
-
-class TrackedEpochs(ResumePoint):
-    """Hands each backed-up epoch to the run's metrics outbox, which never makes training wait for the store.
-
-    It sends the row the backup recorded, with the timestamp recorded with it.
-    A resumed run sends its restored epochs again: a crash (or an outage that
-    outlasted the stage) may have kept the store from taking them, and the store
-    keeps one copy of a metric it already has with the same timestamp.
-    """
-
-    def __init__(self, outbox: MetricsOutbox, backup: RunBackup):
-        super().__init__()
-        self.outbox, self.backup = outbox, backup
-
-    def resumed_at(self, done: int) -> None:
-        for epoch in range(1, done + 1):
-            self._send(epoch)
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._send(epoch + 1)
-
-    def _send(self, epoch: int) -> None:
-        if recorded := self.backup.epoch_metrics(epoch):
-            metrics, timestamp = recorded
-            self.outbox.put(metrics, step=epoch, timestamp=timestamp)
-
-
-def train_chief(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None) -> TrainOutputs:
-    """The chief (or only process): build, fit, save and record; the stage's outputs.
-
-    A damaged backup is set aside before the cluster is joined: the other
-    workers build their strategy, and read the backup, only once the chief
-    has joined, so none restores from it.
-    """
-    trainer = TaskRun(config, spec, name, paths, task)
-    abandoned = None
-    if all(path.is_file() for path in trainer.data_files):  # else :meth:`TaskRun.load` names what is missing
-        trainer.key = trainer.run_key()  # hashes the prepared data: once, kept for load
-        abandoned = set_aside_if_damaged(paths.backups / name / trainer.key, spec.backup)
-    trainer.start()
-    trainer.load()
-    recorder = ChiefRun(config, spec, name, paths, trainer)
-    recorder.open(abandoned)
-    with recorder.recording() as recording:
-        with CpuMeter(recorder.training_root) as cpu:
-            result = trainer.fit([recording.epochs])
-        return recording.finish(result, cpu)
 
 
 @dataclass
@@ -128,19 +78,43 @@ class Recording:
         """The callback that hands each backed-up epoch to the run."""
         return TrackedEpochs(self.outbox, self.recorder.backup)
 
-    def finish(self, result: TrainResult, cpu: CpuMeter) -> TrainOutputs:
-        """Save the model, build (or reuse) the report, log the summary: what the stage writes once the run ends."""
+    def save_model(self, result: TrainResult) -> SavedModel:
+        """Save the trained weights as a float32 model in the outputs' staging (not yet logged)."""
         recorder = self.recorder
         self.patience.restart_clock()
-        digest = recorder.save(result, self.outputs.stage(recorder.paths.model), self.patience)
-        report = recorder.recorded_report(digest) or recorder.report(
+        model = export_copy(result.model, recorder.config.model, recorder.data)
+        log.info("%s: final weights sha256 %s", recorder.task.name if recorder.task else recorder.name,
+                 weights_digest(model))
+        return models.save_model(model, self.outputs.stage(recorder.paths.model),
+                                 example=scaled(recorder.train_split.x[:5]))
+
+    def log_model(self, saved: SavedModel) -> None:
+        """Log the saved model to the run and register it, per params; a run that holds it already is not given
+        a second one, nor a second version (:func:`tfdist.resume.rerun.logged_model`)."""
+        mlflow, train = self.recorder.config.mlflow, self.recorder.config.train
+        if not mlflow.log_models:
+            return
+        register_as = mlflow.registered_model if mlflow.register_models else None
+        logged, version = self.patience.call(lambda: rerun.logged_model(register_as), "the model")
+        if not logged:
+            version = models.log_model(saved, register_as=register_as, patience=self.patience)
+        if register_as and version is not None:
+            models.tag_version(register_as, version, {"strategy": self.recorder.info.name,
+                                                      "run_name": self.recorder.name, "loop": train.loop,
+                                                      "precision": train.precision}, self.patience)
+
+    def summarize(self, result: TrainResult, saved: SavedModel, cpu: CpuMeter) -> TrainOutputs:
+        """Build the report (or reuse the one a killed run recorded) and log its summary: what the stage writes once
+        the run ends."""
+        recorder = self.recorder
+        digest = weights_digest(saved.model)
+        report = rerun.recorded_report(recorder.backup, digest) or recorder.report(
             result, digest, self.run_id, self.support, cpu,
             step_costs(recorder.config, recorder.data, recorder.spec, recorder.info, result.model,
                        result.global_batch_size))
         recorder.backup.save(report=to_dict(report))
-        runs.log_metrics(mlflow_metrics(report), patience=self.patience)
+        rerun.log_missing_metrics(mlflow_metrics(report), patience=self.patience)
         self.outbox.flush()
-        crash_point("run.summary")
         self.trained = TrainOutputs(report, result.history)
         return self.trained
 
@@ -159,8 +133,8 @@ class ChiefRun:
         self.train_split, self.val_split = trainer.train_split, trainer.val_split
 
     @contextmanager
-    def recording(self) -> Iterator[Recording]:
-        """The run's MLflow run, open around training: the body fits, and hands the result to :meth:`Recording.finish`.
+    def recording(self, moments: Moments | None = None) -> Iterator[Recording]:
+        """The run's MLflow run, open around training: the body fits, saves, logs and summarizes (:class:`Recording`).
 
         The model, and with ``paths.reports`` the report and history, are
         staged and renamed into place together, only once the run has recorded
@@ -174,7 +148,7 @@ class ChiefRun:
         patience = Patience(self.config.mlflow.outage_timeout, redact(self.config.mlflow.tracking_uri))
         run_id, outbox = resumed_run_id, None
         try:
-            with atomic.atomic_outputs(crash_points=True) as outputs, runs.start_run(
+            with atomic.atomic_outputs(moments) as outputs, runs.start_run(
                     self.title, params=self.params(), tags=self.tags(support), resume_run_id=resumed_run_id,
                     parent_run_id=runs.execution_run(self.config), system_metrics=True, patience=patience) as run_id:
                 self.backup.save(mlflow_run_id=run_id, name=self.name, strategy=self.spec.name, key=self.backup.folder.name)
@@ -200,24 +174,6 @@ class ChiefRun:
             raise StoreUnreachable(self.not_recorded(str(err), run_id, unsent, patience)) from None
         self.backup.remove()
 
-    def recorded_report(self, digest: str) -> TrainReport | None:
-        """The report a killed run of these params built and logged before its outputs were in place, if any.
-
-        A rerun hands it on unchanged, so that its outputs and its MLflow run
-        are those the killed run would have left: not a second measurement of
-        the step (and a second value of each summary metric at one step), nor
-        a report saying it resumed at the last epoch.
-        """
-        recorded = self.backup.state.get("report")
-        if not recorded:
-            return None
-        try:
-            report = from_dict(TrainReport, recorded, f"{self.backup.state_file} (report)")
-        except InputError as err:
-            log.warning("not reusing the report in the backup: %s", err)
-            return None
-        return report if report.weights_sha256 == digest else None
-
     def not_recorded(self, stopped_at: str, run_id: str | None, unsent: list, patience: Patience) -> str:
         """The one line for a store that never came back: what it lacks, and that a rerun finishes the run."""
         missing = list(_MISSING_AFTER.get(stopped_at, _MISSING_AFTER["the model"]))
@@ -234,14 +190,7 @@ class ChiefRun:
         """Point tracking at the store (fails in seconds when it is bad); close the runs of backups set aside
         (``abandoned_run_id``: a damaged one's) and retire those of changed params."""
         experiment.configure(self.config.mlflow)
-        if abandoned_run_id and runs.close_if_running(abandoned_run_id, "KILLED"):
-            log.info("closed MLflow run %s as KILLED: its backup was damaged, so this run starts afresh",
-                     abandoned_run_id)
-        for backup in self.stale:
-            if backup.run_id and runs.close_if_running(backup.run_id, "KILLED"):
-                log.info("closed MLflow run %s as KILLED: it stopped before finishing and its params changed since",
-                         backup.run_id)
-            backup.remove()
+        rerun.retire_runs(abandoned_run_id, self.stale)
 
     @property
     def title(self) -> str:
@@ -270,20 +219,6 @@ class ChiefRun:
         sha256 = splits_digest({"train": self.train_split, "val": self.val_split, "test": test})
         runs.log_dataset(self.train_split.x, self.train_split.y, name=self.data.name, sha256=sha256,
                              source=str(self.paths.prepared.resolve()), context="training")
-
-    def save(self, result: TrainResult, path: Path, patience: Patience) -> str:
-        """Save the trained weights as a float32 model at ``path`` (logged and registered per params); their digest."""
-        model = export_copy(result.model, self.config.model, self.data)
-        digest = weights_digest(model)
-        log.info("%s: final weights sha256 %s", self.task.name if self.task else self.name, digest)
-        mlflow = self.config.mlflow
-        models.save_model(
-            model, path, example=scaled(self.train_split.x[:5]), log_to_run=mlflow.log_models,
-            register_as=mlflow.registered_model if mlflow.register_models else None,
-            version_tags={"strategy": self.info.name, "run_name": self.name, "loop": self.config.train.loop,
-                          "precision": self.config.train.precision}, patience=patience,
-        )
-        return digest
 
     @property
     def training_root(self) -> int | None:

@@ -22,6 +22,8 @@ from tfdist.errors import InputError
 from tfdist.files import disk
 from tfdist.records.history import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
 from tfdist.records.reports import CollectiveCosts
+from tfdist.resume.backup import RunBackup, restored_history
+from tfdist.resume.checkpoints import Moments, epochs_backed_up, resume_callbacks
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
 from tfdist.train import precision
@@ -29,8 +31,6 @@ from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, St
 from tfdist.train.checks import applied_compression
 from tfdist.train.input_pipeline import make_dataset, make_dataset_fn
 from tfdist.train.models import build_model, compile_model, trained_weights
-from tfdist.train.resume import RunBackup, restored_history
-from tfdist.train.resume_callbacks import epochs_backed_up, resume_callbacks
 
 
 @dataclass
@@ -96,17 +96,12 @@ def effective_learning_rate(config: TrainConfig, global_batch_size: int) -> floa
 
 
 def train_model(
-    config: Config,
-    spec: StrategySpec,
-    strategy: tf.distribute.Strategy,
-    info: StrategyInfo,
-    *,
-    data: DataSpec,
-    train: Split,
-    val: Split,
+    config: Config, spec: StrategySpec, strategy: tf.distribute.Strategy, info: StrategyInfo, *,
+    data: DataSpec, train: Split, val: Split,
     callbacks: list[keras.callbacks.Callback] | tuple = (),
     backup: RunBackup | None = None,
     record_backup: bool = True,
+    moments: Moments | None = None,
 ) -> TrainResult:
     """Build, compile and ``fit`` the model of ``model.kind`` for ``data`` under ``strategy`` (``info``: what it is).
 
@@ -118,7 +113,8 @@ def train_model(
     With ``backup``, the run backs up every epoch and resumes from that backup
     if it holds finished epochs, reading the batches the uninterrupted run would;
     ``record_backup`` (the chief) also keeps the history there, and the returned
-    history then covers every epoch. ``callbacks`` see an epoch once it is backed up.
+    history then covers every epoch. ``callbacks`` see an epoch once it is backed up;
+    ``moments`` is told each moment of an epoch's backup (:func:`tfdist.resume.checkpoints.resume_callbacks`).
 
     Raises:
         InputError: the training split is smaller than one global batch.
@@ -128,7 +124,7 @@ def train_model(
     keras.utils.set_random_seed(config.seed)
     model = build_compiled(config, data, strategy, plan)
     timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
-    resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup) if backup else ([], 0)
+    resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup, moments) if backup else ([], 0)
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
                                          kept_alive=spec.multi_process or info.replicas > 1,
                                          done_epochs=epochs_backed_up(backup, spec.backup) if backup else 0)

@@ -7,8 +7,8 @@ One function a role (:mod:`tfdist.cluster.roles` tells which):
 * a coordinated strategy's **server** (parameter_server's workers and ps)
   serves until stopped (:mod:`tfdist.train.server`, TensorFlow without tf_keras);
 * the **chief** or the **only process** trains, records and writes the outputs
-  (:func:`tfdist.train.chief_run.train_chief`); another **worker** trains
-  beside it (:func:`tfdist.train.task_run.train_worker`).
+  (:func:`tfdist.train.phases.train_chief`); another **worker** trains
+  beside it (:func:`tfdist.train.phases.train_worker`).
 
 The training modules are imported where a role trains, not at the top: a
 launcher only waits for its tasks, and must not pay TensorFlow's and MLflow's
@@ -30,17 +30,17 @@ from tfdist.errors import InputError
 from tfdist.files.workspace import private_folder
 from tfdist.records.reports import TrainOutputs
 from tfdist.records.run_names import RunPaths
+from tfdist.resume.backup import close_stopped_runs
 from tfdist.runtime.threads import configure_runtime
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.checks import check_config
-from tfdist.train.resume import close_stopped_runs
 
 
 def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, launch: Sequence[str] = ()
           ) -> TrainOutputs | None:
     """Train one model under ``strategy_name`` as MLflow run ``name``, in whatever role this process has.
 
-    Every epoch is backed up under ``paths.backups`` (see :mod:`tfdist.train.resume`):
+    Every epoch is backed up under ``paths.backups`` (see :mod:`tfdist.resume`):
     run again after a crash with the same params, training resumes where it stopped.
 
     Args:
@@ -68,13 +68,11 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
         return None
     configure_runtime(config, config.distributed.devices if spec.distributes and not spec.multi_process else 1)
     with _coordinating(spec, task):
+        from tfdist.train import phases  # TensorFlow and tf_keras: only where a role trains
+
         if task is None or task.is_chief:
-            from tfdist.train.chief_run import train_chief
-
-            return train_chief(config, spec, name, paths, task)
-        from tfdist.train.task_run import train_worker
-
-        train_worker(config, spec, name, paths, task)
+            return phases.train_chief(config, spec, name, paths, task)
+        phases.train_worker(config, spec, name, paths, task)
         return None
 
 

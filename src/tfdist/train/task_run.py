@@ -8,38 +8,34 @@ around it, one method per phase, each testable on its own:
 2. :meth:`TaskRun.load`: the prepared splits and this run's backup (resume after a crash);
 3. :meth:`TaskRun.fit`: train, backing up every epoch.
 
-The chief (or only) process hands what it trains to a recorder
-(:func:`tfdist.train.chief_run.train_chief`). Another worker of a cluster
-(:func:`train_worker`) trains and leaves a record in a scratch folder; it never
-imports MLflow (seconds of CPU a worker would take from its peers at start-up).
+The phases are played in order by :mod:`tfdist.train.phases`: the chief (or
+only) process hands what it trains to a recorder; another worker of a cluster
+trains and leaves a record in a scratch folder, and never imports MLflow
+(seconds of CPU a worker would take from its peers at start-up).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import signal
-import tempfile
 from pathlib import Path
 
-from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.cluster.peer_loss import peers_watched
 from tfdist.cluster.rendezvous import wait_for_peers
 from tfdist.config.knobs import Config
-from tfdist.crash_points import crash_point
 from tfdist.data.prepared import SPEC_FILE, DataSpec, Split, load_spec, load_split
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
-from tfdist.files import atomic
 from tfdist.records.run_names import RunPaths
+from tfdist.resume.backup import RunBackup, open_backup, run_key
+from tfdist.resume.checkpoints import Moments
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import configure_collective_coordination
 from tfdist.train import collectives
 from tfdist.train.checks import applied_compression
-from tfdist.train.fit import STEPS_ALONE, TrainResult, step_alone, train_model, weights_digest
-from tfdist.train.resume import RunBackup, open_backup, run_key
+from tfdist.train.fit import STEPS_ALONE, TrainResult, step_alone, train_model
 from tfdist.train.server import serve_profiler
 
 log = logging.getLogger(__name__)
@@ -67,12 +63,12 @@ class TaskRun:
         distributed = self.config.distributed
         if self.task is None:
             self.strategy, self.info = build_strategy(self.spec, distributed.devices, None, distributed.all_reduce)
-            return crash_point("train.strategy")
+            return
         serve_profiler(self.task)
         wait_for_peers(self.task, distributed.connect_timeout)
         if not (self.spec.multi_process and self.spec.synchronous):
             self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
-            return crash_point("train.strategy")
+            return
         # Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
         # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults meanwhile (the process ends
         # at once; no run is open yet). Joining also installs TensorFlow's SIGTERM preemption
@@ -84,7 +80,6 @@ class TaskRun:
         self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
         signal.signal(signal.SIGINT, interrupt)
         signal.signal(signal.SIGTERM, terminate)
-        crash_point("train.strategy")
 
     def load(self) -> None:
         """What the data is, its training and validation splits, and this run's backup (plus stale ones under other params)."""
@@ -93,10 +88,9 @@ class TaskRun:
         self.train_split, self.val_split = load_split(prepared, "train", self.data), load_split(prepared, "val", self.data)
         self.key = self.key or self.run_key()  # the chief hashed the data already, at start
         self.backup, self.stale = open_backup(self.paths.backups, name=self.name, key=self.key)
-        crash_point("train.data")
 
     def run_key(self) -> str:
-        """The key of this run's backup: what decides its result (:func:`tfdist.train.resume.run_key`)."""
+        """The key of this run's backup: what decides its result (:func:`tfdist.resume.backup.run_key`)."""
         return run_key(self.config, self.spec.name, self.data_files)
 
     @property
@@ -104,8 +98,10 @@ class TaskRun:
         """The prepared files training reads (their bytes are in the backup's key)."""
         return [self.paths.prepared / "train.npz", self.paths.prepared / "val.npz", self.paths.prepared / SPEC_FILE]
 
-    def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True) -> TrainResult:
-        """Train, backing up every epoch (and resuming from the backup when it holds epochs).
+    def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True,
+            moments: Moments | None = None) -> TrainResult:
+        """Train, backing up every epoch (and resuming from the backup when it holds epochs); ``moments`` is told
+        each moment of an epoch's backup.
 
         Synchronous workers then time the all-reduce between them, together
         (:func:`tfdist.train.collectives.calibrate`): what the compare stage
@@ -117,7 +113,7 @@ class TaskRun:
         with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
             result = train_model(self.config, self.spec, self.strategy, self.info, data=self.data,
                                  train=self.train_split, val=self.val_split, callbacks=callbacks, backup=self.backup,
-                                 record_backup=record_backup)
+                                 record_backup=record_backup, moments=moments)
             if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
                 return result
             sent = collectives.gradient_bytes(result.model, applied_compression(self.spec, self.config))
@@ -127,17 +123,3 @@ class TaskRun:
         log.info("%s: all-reduce between %d workers: %.3f ms latency, %.2f ns per byte", self.name, costs.workers,
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)
-
-
-def train_worker(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask) -> None:
-    """A cluster's worker other than the chief: train beside it (the collectives need it), keep a record outside the
-    stage outputs."""
-    trainer = TaskRun(config, spec, name, paths, task)
-    trainer.start()
-    trainer.load()
-    result = trainer.fit(record_backup=False)
-    digest = weights_digest(result.model)
-    root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
-    path = Path(root) / name / f"{task.name}.json"
-    atomic.write_json(path, {"task": task.name, "weights_sha256": digest, "history": result.history})
-    log.info("%s: final weights sha256 %s; not the chief, so saved only %s", task.name, digest, path)

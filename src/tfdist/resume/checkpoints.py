@@ -1,6 +1,6 @@
 """The Keras callbacks that fill a run's backup every epoch and resume from it.
 
-The folders and their ``state.json`` are :mod:`tfdist.train.resume`'s (no
+The folders and their ``state.json`` are :mod:`tfdist.resume.backup`'s (no
 TensorFlow there, so a launcher reads them cheaply); these callbacks write the
 model and optimizer into them: tf_keras ``BackupAndRestore`` where it supports
 the strategy, else a ``tf.train.CheckpointManager`` checkpoint and ``initial_epoch``.
@@ -8,23 +8,29 @@ the strategy, else a ``tf.train.CheckpointManager`` checkpoint and ``initial_epo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tfdist.crash_points import crash_point
+from tfdist.resume.backup import RunBackup
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import backup_and_restore_checkpoint, backup_and_restore_epochs
-from tfdist.train.resume import RunBackup
 
 #: Resume messages keep the name of the feature users look for in the log.
-resume_log = logging.getLogger("tfdist.train.resume")
+resume_log = logging.getLogger("tfdist.resume")
 #: The variable :class:`_EpochCheckpoint` keeps the finished epochs in, as ``tf.train.Checkpoint`` names it.
 _EPOCH_VARIABLE = "epoch/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> tuple[list[Any], int]:
+#: Called with the name of each moment of an epoch's end as it passes (the phase loop's crash points).
+Moments = Callable[[str], None]
+
+
+def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool, moments: Moments | None = None
+                     ) -> tuple[list[Any], int]:
     """Callbacks that back the run up every epoch, and the epoch ``fit`` starts from.
 
     Args:
@@ -33,15 +39,18 @@ def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> 
             ``keras`` for tf_keras ``BackupAndRestore``, ``checkpoint`` for a plain checkpoint.
         model: the compiled model (for the plain checkpoint).
         record: whether this process writes ``state.json`` (the chief).
+        moments: told ``epoch.trained``, ``backup.state`` (the chief) and ``backup.written`` at each epoch's end,
+            between the backup's steps.
 
     Returns:
         The callbacks to pass to ``fit`` after the ones that complete an epoch's
         logs and before the ones that publish them (an epoch is published once it
         is backed up), and ``initial_epoch`` for ``fit``.
     """
-    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder), _CrashPoint("epoch.trained")]
+    moment = functools.partial(_Moment, moments or (lambda name: None))
+    callbacks: list[Any] = [_ResumeAnnouncer(backup.folder), moment("epoch.trained")]
     if record:
-        callbacks += [_HistoryRecorder(backup), _CrashPoint("backup.state")]
+        callbacks += [_HistoryRecorder(backup), moment("backup.state")]
     keras_dir = backup.checkpoint_folder
     if kind == "keras":
         callbacks.append(keras.callbacks.BackupAndRestore(str(keras_dir), save_freq="epoch", delete_checkpoint=False))
@@ -50,7 +59,7 @@ def resume_callbacks(backup: RunBackup, kind: str, model: Any, record: bool) -> 
         checkpoint = _EpochCheckpoint(model, keras_dir)
         callbacks.append(checkpoint)
         initial_epoch = checkpoint.restore()
-    return [*callbacks, _CrashPoint("backup.written")], initial_epoch
+    return [*callbacks, moment("backup.written")], initial_epoch
 
 
 def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
@@ -148,15 +157,15 @@ class _ResumeAnnouncer(ResumePoint):
                             self.folder, done, done + 1)
 
 
-class _CrashPoint(keras.callbacks.Callback):
-    """A crash point (:func:`tfdist.crash_points.crash_point`) passed at each epoch's end, between the backup's steps."""
+class _Moment(keras.callbacks.Callback):
+    """Tells ``moments`` that moment ``name`` of an epoch's end has passed."""
 
-    def __init__(self, name: str):
+    def __init__(self, moments: Moments, name: str):
         super().__init__()
-        self.name = name
+        self.moments, self.name = moments, name
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        crash_point(self.name)
+        self.moments(self.name)
 
 
 class _HistoryRecorder(keras.callbacks.Callback):

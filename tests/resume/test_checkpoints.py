@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from tfdist.resume.backup import RunBackup
+from tfdist.resume.checkpoints import checkpoint_damage, epochs_backed_up, resume_callbacks, set_aside_if_damaged
 from tfdist.tf_imports import keras
-from tfdist.train.resume import RunBackup
-from tfdist.train.resume_callbacks import checkpoint_damage, epochs_backed_up, resume_callbacks, set_aside_if_damaged
 
 X = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
 Y = (X[:, 0] > 0).astype("int64")

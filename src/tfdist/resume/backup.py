@@ -1,4 +1,4 @@
-"""Resume a training run after a crash: a backup folder per run, keyed by what it trains.
+"""A run's backup: a folder per run, keyed by what it trains, that a rerun resumes from.
 
 Each train stage run backs up its state every epoch into
 ``<backups>/<name>/<key>/``, where ``key`` hashes everything that decides the
@@ -22,7 +22,7 @@ What is backed up:
   restored epochs again and the store keeps one copy of what it already has.
 
 This module keeps the folders and imports no TensorFlow, so a launcher can read
-a backup cheaply; the callbacks that fill them are in :mod:`tfdist.train.resume_callbacks`.
+a backup cheaply; the callbacks that fill them are in :mod:`tfdist.resume.checkpoints`.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class RunBackup:
 
     @property
     def checkpoint_folder(self) -> Path:
-        """Where the model and optimizer are backed up (:mod:`tfdist.train.resume_callbacks`)."""
+        """Where the model and optimizer are backed up (:mod:`tfdist.resume.checkpoints`)."""
         return self.folder / "keras"
 
     def load(self) -> RunBackup:

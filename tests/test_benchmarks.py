@@ -94,3 +94,10 @@ def test_a_steps_parts_from_two_workers_traces_add_up_to_the_step_and_name_who_w
     (step,) = step_parts(first, second)
     assert step == {"step_ms": 61.0, "compute_ms": 54.0, "between_ops_ms": 4.0, "wire_ms": 3.0, "waiting_ms": 8.0}
     assert step["compute_ms"] + step["between_ops_ms"] + step["wire_ms"] == step["step_ms"]
+
+
+def test_at_most_two_benchmarks_stay_scripts_each_saying_why():
+    scripts = sorted(name for name in harness.benchmark_names() if not harness.describe(name)[0])
+    assert scripts == ["ps_profile", "suite_cpu"], f"move {scripts} onto the harness, or say in the docstring why not"
+    for name in scripts:
+        assert "not on the harness" in (REPO / "benchmarks" / f"{name}.py").read_text().lower(), name

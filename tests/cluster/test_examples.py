@@ -25,8 +25,7 @@ import yaml
 from kubeflow_trainer_api import models as trainer_api
 
 from stages import train
-from tfdist.cluster.roles import check_cluster
-from tfdist.distribute.cluster_spec import JOBSET_PORT, ClusterError, parse_tf_config, read_jobset
+from tfdist.distribute.cluster_spec import JOBSET_PORT, ClusterError, check_cluster, parse_tf_config, read_jobset
 from tfdist.distribute.registry import get_spec
 
 from helpers.project import REPO, tiny_params

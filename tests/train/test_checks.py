@@ -2,8 +2,7 @@
 
 import pytest
 
-from tfdist.cluster.roles import check_cluster
-from tfdist.distribute.cluster_spec import ClusterError, ClusterTask
+from tfdist.distribute.cluster_spec import ClusterError, ClusterTask, check_cluster
 from tfdist.distribute.registry import REGISTRY, StrategyError, get_spec
 from tfdist.train.checks import check_precision
 

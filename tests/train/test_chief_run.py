@@ -33,7 +33,7 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
     trainer.load()
     assert len(trainer.train_split) == 3600 and len(trainer.val_split) == 400
     assert trainer.backup.folder == tmp_path / "backups" / "phases" / trainer.key and not trainer.stale
-    run = ChiefRun(config, get_spec("default"), "phases", paths, trainer)
+    run = ChiefRun(trainer)
     run.open()  # the store exists now, before any training
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
 

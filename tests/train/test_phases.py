@@ -15,7 +15,7 @@ def test_the_chief_passes_every_train_moment_in_order_and_writes_its_outputs(tmp
     config = load_config(tiny_params(tmp_path, train={"epochs": 2}))
     paths = RunPaths(prepared_copy, tmp_path / "models" / "normal", tmp_path / "backups", tmp_path / "reports")
 
-    trained = phases.train_chief(config, get_spec("default"), "normal", paths, None)
+    trained = phases.train_task(config, get_spec("default"), "normal", paths, None)
 
     assert list(dict.fromkeys(passed)) == [point for point in crash_points_of("train") if point != "start"]
     epoch_moments = ["epoch.trained", "backup.state", "backup.written"]

@@ -23,14 +23,7 @@ from collections.abc import Callable, Sequence
 
 from tfdist.cluster import slurm
 from tfdist.config.knobs import DistributedConfig
-from tfdist.distribute.cluster_spec import (
-    TF_CONFIG,
-    ClusterError,
-    ClusterTask,
-    describe_cluster,
-    read_jobset,
-    read_tf_config,
-)
+from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, check_cluster, describe_cluster, read_jobset, read_tf_config
 from tfdist.distribute.registry import StrategySpec
 
 log = logging.getLogger(__name__)
@@ -40,7 +33,7 @@ def this_task(spec: StrategySpec, distributed: DistributedConfig) -> ClusterTask
     """The cluster task this process is under ``spec``, checked against it; None for a launcher or the only process.
 
     Raises:
-        ClusterError: a malformed cluster, or one ``spec`` cannot run on (:func:`check_cluster`).
+        ClusterError: a malformed cluster, or one ``spec`` cannot run on (:func:`tfdist.distribute.cluster_spec.check_cluster`).
     """
     task = read_tf_config() or read_jobset()
     if not spec.multi_process:
@@ -83,27 +76,3 @@ def launch(spec: StrategySpec, distributed: DistributedConfig, command: Sequence
     from tfdist.cluster.launcher import launch_local
 
     return launch_local(spec, distributed, command, on_stop=on_stop, outside=outside)
-
-
-def check_cluster(task: ClusterTask, spec: StrategySpec) -> None:
-    """Refuse a cluster ``spec`` cannot run on, naming the job that is wrong.
-
-    The strategy's record says which jobs it needs (``cluster_jobs``) and which
-    it refuses (``forbidden_jobs``); no cluster may have an evaluator or more than one chief.
-
-    Raises:
-        ClusterError: naming the job and the fix.
-    """
-    jobs = set(task.cluster)
-    if "evaluator" in jobs:
-        raise ClusterError(f"{TF_CONFIG}: job 'evaluator' is not supported; the evaluate stage evaluates the model")
-    if task.count("chief") > 1:
-        raise ClusterError(f"{TF_CONFIG}: cluster.chief must list one task, got {task.count('chief')}")
-    for job in spec.forbidden_jobs:
-        if job in jobs:
-            raise ClusterError(f"{TF_CONFIG}: {spec.name} takes no {job!r} job; drop cluster.{job} or use another strategy")
-    missing = [" or ".join(choices) for choices in spec.cluster_jobs if not jobs & set(choices)]
-    if missing:
-        needed = ", ".join(" or ".join(choices) for choices in spec.cluster_jobs)
-        raise ClusterError(f"{TF_CONFIG}: {spec.name} needs jobs {needed}; missing {', '.join(missing)}")
-

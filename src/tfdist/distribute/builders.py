@@ -12,6 +12,7 @@ TensorFlow is imported lazily, on the first build.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import StrategyError
 from tfdist.runtime.loading import tensorflow
 from tfdist.runtime.threads import configure_cpu_devices
+from tfdist.tf_private import configure_collective_coordination
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -69,7 +71,8 @@ _Builder = Callable[[str, int, "ClusterTask | None", str], _Built]
 
 
 def build_strategy(spec: StrategySpec, devices: int = 2, task: ClusterTask | None = None,
-                   all_reduce: str = "auto") -> tuple[tf.distribute.Strategy, StrategyInfo]:
+                   all_reduce: str = "auto", heartbeat_timeout: float | None = None
+                   ) -> tuple[tf.distribute.Strategy, StrategyInfo]:
     """The TensorFlow strategy of ``spec``, made first thing in the process (logical devices freeze after the first op).
 
     Args:
@@ -79,6 +82,8 @@ def build_strategy(spec: StrategySpec, devices: int = 2, task: ClusterTask | Non
         task: this process's task in a cluster, for the multi-process strategies;
             MultiWorkerMirrored without one runs as a single worker, ParameterServer needs one.
         all_reduce: multi_worker_mirrored's all-reduce (``auto``, ``ring``, ``nccl``).
+        heartbeat_timeout: seconds a synchronous cluster's coordination service waits for a silent
+            task before it calls it lost (``distributed.heartbeat_timeout``; None: TensorFlow's).
 
     Raises:
         StrategyError: the strategy needs hardware or a cluster that is absent.
@@ -92,11 +97,34 @@ def build_strategy(spec: StrategySpec, devices: int = 2, task: ClusterTask | Non
                             spec.synchronous)
         log.info("strategy %s: the model's layers on %s", spec.name, ", ".join(names))
         return strategy, info
-    built = BUILDERS[spec.tf_strategy](spec.name, devices, task, all_reduce)
+    if task is not None and spec.multi_process and spec.synchronous:
+        built = _joined(spec, devices, task, all_reduce, heartbeat_timeout)
+    else:
+        built = BUILDERS[spec.tf_strategy](spec.name, devices, task, all_reduce)
     info = StrategyInfo(spec.name, type(built.strategy).__name__, built.strategy.num_replicas_in_sync, built.devices,
                         built.workers, built.ps, spec.synchronous)
     log.info("strategy %s: %d replica(s) on %s", spec.name, info.replicas, ", ".join(info.devices))
     return built.strategy, info
+
+
+def _joined(spec: StrategySpec, devices: int, task: ClusterTask, all_reduce: str, heartbeat_timeout: float | None
+            ) -> _Built:
+    """Build a synchronous multi-process strategy: join its cluster, with the stage's signal handlers kept.
+
+    Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
+    handler runs: SIGTERM and Ctrl-C act as the kernel's defaults meanwhile (the process ends
+    at once; no run is open yet). Joining also installs TensorFlow's SIGTERM preemption
+    notifier, which would swallow the signal: the stage's handlers are put back after it, so a
+    stop while training unwinds (the run ends KILLED) and the peers report it lost.
+    """
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    terminate = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if heartbeat_timeout is not None:
+        configure_collective_coordination(dict(task.cluster), heartbeat_timeout)
+    built = BUILDERS[spec.tf_strategy](spec.name, devices, task, all_reduce)
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, terminate)
+    return built
 
 
 def _first_device() -> str:

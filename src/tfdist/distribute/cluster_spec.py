@@ -3,7 +3,7 @@
 Pure parsing, no processes and no TensorFlow: reads ``TF_CONFIG`` (set by
 Kubeflow's TFJob, the Ray launcher or a person), or a Kubeflow Trainer v2 JobSet
 pod's environment (:func:`read_jobset`), into a :class:`ClusterTask`.
-Whether the cluster fits a strategy is :func:`tfdist.cluster.roles.check_cluster`'s
+Whether the cluster fits a strategy is :func:`check_cluster`'s
 question; a Slurm step is :mod:`tfdist.cluster.slurm`'s (it needs TensorFlow's
 resolver); starting processes is :mod:`tfdist.cluster.launcher`'s job.
 """
@@ -14,9 +14,12 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import InputError
+
+if TYPE_CHECKING:
+    from tfdist.distribute.registry import StrategySpec
 
 TF_CONFIG = "TF_CONFIG"
 _JOBS = ("chief", "worker", "ps", "evaluator")
@@ -165,3 +168,27 @@ def tasks_of(cluster: Mapping[str, list[str]]) -> list[ClusterTask]:
 def describe_cluster(cluster: Mapping[str, list[str]]) -> str:
     """``2 workers, 1 ps``: a cluster in words, for logs."""
     return ", ".join(f"{len(addrs)} {job}{'s' if job == 'worker' and len(addrs) > 1 else ''}" for job, addrs in cluster.items())
+
+
+def check_cluster(task: ClusterTask, spec: StrategySpec) -> None:
+    """Refuse a cluster ``spec`` cannot run on, naming the job that is wrong.
+
+    The strategy's record says which jobs it needs (``cluster_jobs``) and which
+    it refuses (``forbidden_jobs``); no cluster may have an evaluator or more than one chief.
+
+    Raises:
+        ClusterError: naming the job and the fix.
+    """
+    jobs = set(task.cluster)
+    if "evaluator" in jobs:
+        raise ClusterError(f"{TF_CONFIG}: job 'evaluator' is not supported; the evaluate stage evaluates the model")
+    if task.count("chief") > 1:
+        raise ClusterError(f"{TF_CONFIG}: cluster.chief must list one task, got {task.count('chief')}")
+    for job in spec.forbidden_jobs:
+        if job in jobs:
+            raise ClusterError(f"{TF_CONFIG}: {spec.name} takes no {job!r} job; drop cluster.{job} or use another strategy")
+    missing = [" or ".join(choices) for choices in spec.cluster_jobs if not jobs & set(choices)]
+    if missing:
+        needed = ", ".join(" or ".join(choices) for choices in spec.cluster_jobs)
+        raise ClusterError(f"{TF_CONFIG}: {spec.name} needs jobs {needed}; missing {', '.join(missing)}")
+

@@ -1,6 +1,6 @@
 """The chief's recording: what only the process that writes the stage's outputs does around the trainer's fit.
 
-:func:`tfdist.train.phases.train_chief` hands a started and loaded
+:func:`tfdist.train.phases.train_task` hands the chief's started and loaded
 :class:`tfdist.train.task_run.TaskRun` to a :class:`ChiefRun`, which:
 
 1. :meth:`ChiefRun.open`: points tracking at the store, checked before training so a bad URI fails in seconds;
@@ -19,16 +19,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tfdist.cluster.launcher import SCRATCH_ENV
-from tfdist.config.knobs import MIXED_PRECISIONS, Config
+from tfdist.config.knobs import MIXED_PRECISIONS
 from tfdist.config.params import to_flat_dict
 from tfdist.data.prepared import load_split, scaled, splits_digest
-from tfdist.distribute.registry import StrategySpec
 from tfdist.files import atomic
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.records.history import write_history
 from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, to_dict, write_report
-from tfdist.records.run_names import RunPaths, run_label
+from tfdist.records.run_names import run_label
 from tfdist.resume import rerun
 from tfdist.resume.checkpoints import Moments
 from tfdist.resume.outbox import MetricsOutbox, TrackedEpochs
@@ -127,8 +126,9 @@ class ChiefRun:
     :class:`Recording` it opens.
     """
 
-    def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, trainer: TaskRun):
-        self.config, self.spec, self.name, self.paths, self.task = config, spec, name, paths, trainer.task
+    def __init__(self, trainer: TaskRun):
+        self.config, self.spec, self.name, self.paths, self.task = (trainer.config, trainer.spec, trainer.name,
+                                                                    trainer.paths, trainer.task)
         self.info, self.data, self.backup, self.stale = trainer.info, trainer.data, trainer.backup, trainer.stale
         self.train_split, self.val_split = trainer.train_split, trainer.val_split
 

@@ -6,9 +6,8 @@ One function a role (:mod:`tfdist.cluster.roles` tells which):
   starts the cluster's task processes and waits for them; it never trains;
 * a coordinated strategy's **server** (parameter_server's workers and ps)
   serves until stopped (:mod:`tfdist.train.server`, TensorFlow without tf_keras);
-* the **chief** or the **only process** trains, records and writes the outputs
-  (:func:`tfdist.train.phases.train_chief`); another **worker** trains
-  beside it (:func:`tfdist.train.phases.train_worker`).
+* the **chief** or the **only process** trains, records and writes the outputs;
+  another **worker** trains beside it (both :func:`tfdist.train.phases.train_task`).
 
 The training modules are imported where a role trains, not at the top: a
 launcher only waits for its tasks, and must not pay TensorFlow's and MLflow's
@@ -17,21 +16,18 @@ seconds of import before it starts them.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-from tfdist.cluster import roles, slurm
+from tfdist.cluster import roles
 from tfdist.config.knobs import Config
-from tfdist.distribute.cluster_spec import ClusterTask
-from tfdist.distribute.registry import StrategySpec, get_spec
+from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 from tfdist.files.workspace import private_folder
 from tfdist.records.reports import TrainOutputs
 from tfdist.records.run_names import RunPaths
 from tfdist.resume.backup import close_stopped_runs
-from tfdist.runtime.threads import configure_runtime
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.checks import check_config
 
@@ -66,38 +62,6 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
 
         serve(task, config)
         return None
-    configure_runtime(config, config.distributed.devices if spec.distributes and not spec.multi_process else 1)
-    with _coordinating(spec, task):
-        from tfdist.train import phases  # TensorFlow and tf_keras: only where a role trains
+    from tfdist.train.phases import train_task  # TensorFlow and tf_keras: only where a role trains
 
-        if task is None or task.is_chief:
-            return phases.train_chief(config, spec, name, paths, task)
-        phases.train_worker(config, spec, name, paths, task)
-        return None
-
-
-@contextlib.contextmanager
-def _coordinating(spec: StrategySpec, task: ClusterTask | None) -> Iterator[None]:
-    """Around a coordinated strategy's chief: its servers are let go of, and stopped in a Slurm step.
-
-    The chief drops its connections to the servers before they are stopped:
-    dropped now, the errors of deleting functions on servers that are gone
-    (lost mid-training, or stopped) are filtered out; at exit they would not
-    be. When training failed, TensorFlow's native gRPC errors about the lost
-    servers are muted, so the one-line error stays the last word.
-    """
-    if task is None or not spec.coordinated:
-        yield
-        return
-    from tfdist import native_logs
-    from tfdist.tf_private import reset_eager_context
-
-    try:
-        yield
-        reset_eager_context()
-    except BaseException:
-        native_logs.mute_native_stderr()
-        raise
-    finally:
-        if slurm.in_slurm_step():  # its servers never end on their own, and a step ends with its last task
-            slurm.stop_step_servers()
+    return train_task(config, spec, name, paths, task)

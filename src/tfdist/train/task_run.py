@@ -4,9 +4,10 @@ In the spirit of orbit's Controller: the step (Keras's, or the custom loop's
 ``train_step``) is :mod:`tfdist.train.fit`'s; :class:`TaskRun` owns everything
 around it, one method per phase, each testable on its own:
 
-1. :meth:`TaskRun.start`: build the strategy, first thing (logical devices freeze after the first op);
+1. :meth:`TaskRun.start`: the runtime (threads, oneDNN) and the strategy, first thing (logical devices freeze
+   after the first op);
 2. :meth:`TaskRun.load`: the prepared splits and this run's backup (resume after a crash);
-3. :meth:`TaskRun.fit`: train, backing up every epoch.
+3. :meth:`TaskRun.fit`: train, backing up every epoch (another worker: :meth:`TaskRun.fit_beside_chief`).
 
 The phases are played in order by :mod:`tfdist.train.phases`: the chief (or
 only) process hands what it trains to a recorder; another worker of a cluster
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
+import os
+import tempfile
 from pathlib import Path
 
+from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.cluster.peer_loss import peers_watched
 from tfdist.cluster.rendezvous import wait_for_peers
 from tfdist.config.knobs import Config
@@ -28,14 +31,15 @@ from tfdist.data.prepared import SPEC_FILE, DataSpec, Split, load_spec, load_spl
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
+from tfdist.files import atomic
 from tfdist.records.run_names import RunPaths
 from tfdist.resume.backup import RunBackup, open_backup, run_key
-from tfdist.resume.checkpoints import Moments
+from tfdist.resume.checkpoints import Moments, set_aside_if_damaged
+from tfdist.runtime.threads import configure_runtime
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import configure_collective_coordination
 from tfdist.train import collectives
 from tfdist.train.checks import applied_compression
-from tfdist.train.fit import STEPS_ALONE, TrainResult, step_alone, train_model
+from tfdist.train.fit import STEPS_ALONE, TrainResult, step_alone, train_model, weights_digest
 from tfdist.train.server import serve_profiler
 
 log = logging.getLogger(__name__)
@@ -59,27 +63,23 @@ class TaskRun:
         self.key = ""
 
     def start(self) -> None:
-        """Build the strategy, before any TensorFlow op runs; in a cluster, once every peer is up."""
+        """Set the runtime up and build the strategy, before any TensorFlow op runs; in a cluster, once every peer is up."""
         distributed = self.config.distributed
-        if self.task is None:
-            self.strategy, self.info = build_strategy(self.spec, distributed.devices, None, distributed.all_reduce)
-            return
-        serve_profiler(self.task)
-        wait_for_peers(self.task, distributed.connect_timeout)
-        if not (self.spec.multi_process and self.spec.synchronous):
-            self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
-            return
-        # Joining a multi_worker_mirrored cluster is one C++ call during which no Python signal
-        # handler runs: SIGTERM and Ctrl-C act as the kernel's defaults meanwhile (the process ends
-        # at once; no run is open yet). Joining also installs TensorFlow's SIGTERM preemption
-        # notifier, which would swallow the signal: the stage's handlers are put back after it, so a
-        # stop while training unwinds (the run ends KILLED) and the peers report it lost.
-        interrupt = signal.signal(signal.SIGINT, signal.SIG_DFL)
-        terminate = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        configure_collective_coordination(dict(self.task.cluster), distributed.heartbeat_timeout)
-        self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce)
-        signal.signal(signal.SIGINT, interrupt)
-        signal.signal(signal.SIGTERM, terminate)
+        configure_runtime(self.config, distributed.devices if self.spec.distributes and not self.spec.multi_process else 1)
+        if self.task is not None:
+            serve_profiler(self.task)
+            wait_for_peers(self.task, distributed.connect_timeout)
+        self.strategy, self.info = build_strategy(self.spec, distributed.devices, self.task, distributed.all_reduce,
+                                                  heartbeat_timeout=distributed.heartbeat_timeout)
+
+    def set_aside_if_damaged(self) -> str | None:
+        """Set this run's backup aside when it is damaged (:func:`tfdist.resume.checkpoints.set_aside_if_damaged`);
+        the MLflow run it named, to close. The chief's, before the cluster is joined: the other workers read the
+        backup only once the chief has joined, so none restores from a damaged one."""
+        if not all(path.is_file() for path in self.data_files):  # :meth:`load` names what is missing
+            return None
+        self.key = self.run_key()  # hashes the prepared data: once, kept for load
+        return set_aside_if_damaged(self.paths.backups / self.name / self.key, self.spec.backup)
 
     def load(self) -> None:
         """What the data is, its training and validation splits, and this run's backup (plus stale ones under other params)."""
@@ -123,3 +123,14 @@ class TaskRun:
         log.info("%s: all-reduce between %d workers: %.3f ms latency, %.2f ns per byte", self.name, costs.workers,
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)
+
+    def fit_beside_chief(self, moments: Moments | None = None) -> None:
+        """A worker other than the chief: train beside it (the collectives need it), and keep the weights' digest and
+        the history in a scratch folder, outside the stage's outputs."""
+        assert self.task is not None, "only a cluster has workers besides its chief"
+        result = self.fit(record_backup=False, moments=moments)
+        digest = weights_digest(result.model)
+        root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
+        path = Path(root) / self.name / f"{self.task.name}.json"
+        atomic.write_json(path, {"task": self.task.name, "weights_sha256": digest, "history": result.history})
+        log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)

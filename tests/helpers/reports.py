@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tfdist.compare.compute import build_comparison
 from tfdist.hardware import Hardware
-from tfdist.records.reports import EvalReport, PrecisionSupport, ThreadSettings, TrainReport
+from tfdist.records.reports import EvalReport, PrecisionSupport, ThreadSettings, TrainReport, read_report
 from tfdist.records.run_names import run_label
-from tfdist.tf_imports import tf
 
 from helpers.devices import SPLIT_REPLICAS
+from helpers.project import REPO
 
 
 def default_labels() -> dict[str, str]:
@@ -23,35 +24,37 @@ def default_labels() -> dict[str, str]:
                             distributes=name != "normal", **counts) for name, counts in scale.items()}
 
 
+#: A report the train stage wrote: the committed baseline's normal run (``dvc repro`` keeps it in the schema).
+BASELINE_REPORT = REPO / "reports" / "train" / "normal.json"
+
+
 def train_report(strategy: str, seconds: float, replicas: int = 1, devices: tuple | list = ("/cpu:0",),
                  **fields: Any) -> TrainReport:
-    """A train report with every field the train stage writes (the real schema), for the readers' tests.
+    """A train report as the train stage writes it, for the readers' tests: the baseline's, with what they vary.
 
-    ``fields`` override any field; ``precision_support`` may be given as plain dicts.
-    The hardware is one 2-core machine, with GPUs when ``devices`` name them.
+    Every field not set here is the baseline's (so a field the stage adds is
+    in it); the numbers the readers compute from are set from ``seconds`` and
+    ``replicas``, and ``fields`` override any field (``precision_support`` may
+    be given as plain dicts). The hardware is one 2-core machine (1 thread per op), with
+    GPUs when ``devices`` name them; no machine noise and no data set's name are recorded.
     """
     support = fields.pop("precision_support", {
         "mixed_float16": {"can_be_faster": False, "reason": "no GPU"},
         "mixed_bfloat16": {"can_be_faster": False, "reason": "no AVX512-BF16"}})
     kinds = ["GPU"] if any("gpu" in d for d in devices) else ["CPU"]
     values = dict(
-        name=strategy if strategy != "default" else "normal", strategy=strategy,
-        paradigm="none" if strategy in ("default", "one_device") else "data", strategy_class="X", replicas=replicas,
-        devices=list(devices), workers=1, ps=0, synchronous=True, loop="fit", precision="float32",
-        precision_can_be_faster=True,
+        name=strategy if strategy != "default" else "normal", strategy=strategy, run_label=strategy,
+        paradigm="none" if strategy in ("default", "one_device") else "data", replicas=replicas, devices=list(devices),
+        workers=1, ps=0, synchronous=True,
         precision_support={p: PrecisionSupport(**s) if isinstance(s, dict) else s for p, s in support.items()},
-        run_label=strategy, clip_method="none", clip_value=1.0, global_batch_size=25 * replicas, lr_scaling="none",
-        base_learning_rate=0.001, learning_rate=0.001, warmup_steps=0, epochs=2, resumed_at_epoch=0,
-        steps_per_epoch=100, traces={"train": 1, "test": 1}, train_seconds=seconds,
+        global_batch_size=25 * replicas, epochs=2, steps_per_epoch=100, train_seconds=seconds,
         samples_per_second=1000 / seconds, steady_epoch_seconds=seconds / 2, first_epoch_overhead_seconds=0.0,
-        steady_samples_per_second=1000 / seconds, startup_seconds=5.0, cpu_percent=90.0, params_per_device=[101_770],
-        bytes_per_step=0, stages=1, micro_batches=1, bubble_theory=None, bubble=None, loss=0.3, accuracy=0.9, val_loss=0.3,
-        val_accuracy=0.9, weights_sha256="0" * 64, mlflow_run_id=f"id-{strategy}", tensorflow=tf.__version__,
-        hardware=Hardware(["host-a"], 2, "test CPU", kinds, ["test GPU"] * (kinds == ["GPU"])),
-        threads=ThreadSettings(2, 1, 2),
+        steady_samples_per_second=1000 / seconds, startup_seconds=5.0, cpu_percent=90.0,
+        loss=0.3, accuracy=0.9, val_loss=0.3, val_accuracy=0.9, mlflow_run_id=f"id-{strategy}",
+        hardware=Hardware(["host-a"], 2, "test CPU", kinds, ["test GPU"] * (kinds == ["GPU"])), machine=None,
+        threads=ThreadSettings(2, 1, 2), dataset="",
     )
-    values.update(fields)
-    return TrainReport(**values)
+    return dataclasses.replace(read_report(BASELINE_REPORT, TrainReport), **{**values, **fields})
 
 
 def eval_report(name: str, accuracy: float, loss: float = 0.2) -> EvalReport:

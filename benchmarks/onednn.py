@@ -9,6 +9,9 @@ any difference from normal training is the strategy's own step). The prepared
 digits are tiled to 12,000.
 
     python -m benchmarks onednn [--models mlp cnn] [--batches 25 256] [--rounds 3] [--epochs 3]
+
+``--set precision=mixed_float16`` trains in that precision; ``--set settings=[disabled,enabled]``
+compares other ``runtime.onednn`` settings (the first is the table's baseline).
 """
 
 from __future__ import annotations
@@ -21,15 +24,22 @@ from benchmarks.stage import StageRuns, model_settings
 
 TITLE = "The train stage's ms/step at TensorFlow's oneDNN default and with oneDNN enabled"
 SETTINGS = ("tensorflow", "enabled")
+LABELS = {"tensorflow": "TensorFlow's default", "enabled": "oneDNN enabled", "disabled": "oneDNN disabled",
+          "auto": "runtime.onednn auto"}
 #: The runs of each model: (label, strategy, extra settings).
 RUNS = {"mlp": [("normal", "default", [])],
         "cnn": [("normal", "default", []), ("mirrored, 1 device", "mirrored", ["distributed.devices=1"])]}
 
 
+def settings(options: Options | dict[str, Any]) -> tuple[str, ...]:
+    extra = options.extra if isinstance(options, Options) else options
+    return tuple(extra.get("settings", SETTINGS))
+
+
 def cells(options: Options) -> list[dict[str, Any]]:
     return [{"model": model, "batch": batch, "run": label, "onednn": setting}
             for model in options.models for batch in options.batches for label, _, _ in RUNS.get(model, RUNS["cnn"])
-            for setting in SETTINGS]
+            for setting in settings(options)]
 
 
 def setup(options: Options) -> StageRuns:
@@ -38,16 +48,19 @@ def setup(options: Options) -> StageRuns:
 
 def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[str, float]:
     _, strategy, sets = next(found for found in RUNS.get(cell["model"], RUNS["cnn"]) if found[0] == cell["run"])
-    found = context.train(strategy, [*model_settings(cell, options), f"runtime.onednn={cell['onednn']}", *sets])
+    precision = options.extra.get("precision", "float32")
+    found = context.train(strategy, [*model_settings(cell, options), f"runtime.onednn={cell['onednn']}",
+                                     f"train.precision={precision}", *sets])
     return {"ms_per_step": found["step_ms"]}
 
 
 def table(result: Result) -> tuple[list[str], list[list[str]]]:
     """A row per model, batch and run: both settings side by side, and how much faster oneDNN ran."""
+    first, second = settings(result.options)
     rows = []
     for model, batch, label in dict.fromkeys((c.params["model"], c.params["batch"], c.params["run"]) for c in result.cells):
-        default, enabled = (result.cell(model=model, batch=batch, run=label, onednn=s).values("ms_per_step")
-                            for s in SETTINGS)
-        rows.append([model, str(batch), label, spread(default), spread(enabled), f"{median(default) / median(enabled):.2f}x"])
-    return ["model", "batch", "run", "TensorFlow's default (ms/step)", "oneDNN enabled (ms/step)",
-            "enabled faster by"], rows
+        base, other = (result.cell(model=model, batch=batch, run=label, onednn=s).values("ms_per_step")
+                       for s in (first, second))
+        rows.append([model, str(batch), label, spread(base), spread(other), f"{median(base) / median(other):.2f}x"])
+    return ["model", "batch", "run", f"{LABELS[first]} (ms/step)", f"{LABELS[second]} (ms/step)",
+            f"{second} faster by"], rows

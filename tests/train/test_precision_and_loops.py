@@ -160,3 +160,15 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n")
     assert precision.cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
     assert precision.cpu_flags(tmp_path / "missing") == set()
+
+
+def test_a_precision_that_cannot_be_faster_is_warned_of_and_float16_on_a_cpu_says_it_is_slower(caplog):
+    with caplog.at_level("WARNING", logger="tfdist.train.precision"):
+        found = precision.announce("mixed_float16")
+    assert not found.can_be_faster or tf.config.list_physical_devices("GPU")
+    if not tf.config.list_physical_devices("GPU"):
+        assert "many times slower than float32" in caplog.text and "Training runs anyway" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tfdist.train.precision"):
+        precision.announce("float32")
+    assert not caplog.text, "float32 is the baseline: nothing to warn of"

@@ -88,6 +88,8 @@ def announce(precision: str) -> HardwareSupport:
     """Log, once, when ``precision`` cannot be faster than float32 on this machine; return the finding."""
     support = hardware_support(precision)
     if not support.can_be_faster:
-        log.warning("train.precision %s cannot be faster than float32 here: %s. Training runs anyway.",
-                    precision, support.reason)
+        slower = (" On a CPU it runs many times slower than float32 (docs/performance/training.md, section 12)."
+                  if precision == "mixed_float16" and not tf.config.list_physical_devices("GPU") else "")
+        log.warning("train.precision %s cannot be faster than float32 here: %s.%s Training runs anyway.",
+                    precision, support.reason, slower)
     return support

@@ -46,11 +46,11 @@ def test_the_phases_of_a_chief_run_one_by_one(tmp_path, prepared_copy):
         names = [name for name, _ in tf.train.list_variables(str(index.with_suffix("")))]
         assert names and not [name for name in names if "Sequential" in name or "Classifier" in name], (
             "a backup names no model class, so renaming one keeps old backups restoring")
-        saved = recording.save_model(result)
+        saved, digest = recording.save_model(result)
         assert (saved.path / "MLmodel").is_file() and not paths.model.exists(), "staged, not yet in place"
         recording.log_model(saved)
         assert mlflow.MlflowClient().search_logged_models([mlflow.active_run().info.experiment_id])
-        report = recording.summarize(result, saved, cpu).report
+        report = recording.summarize(result, digest, cpu).report
     assert (paths.model / "MLmodel").is_file(), "in place once the run ended"
     assert not trainer.backup.folder.exists(), "the backup goes once the outputs are in place"
     assert mlflow.get_run(report.mlflow_run_id).info.status == "FINISHED"

@@ -77,15 +77,16 @@ class Recording:
         """The callback that hands each backed-up epoch to the run."""
         return TrackedEpochs(self.outbox, self.recorder.backup)
 
-    def save_model(self, result: TrainResult) -> SavedModel:
-        """Save the trained weights as a float32 model in the outputs' staging (not yet logged)."""
+    def save_model(self, result: TrainResult) -> tuple[SavedModel, str]:
+        """Save the trained weights as a float32 model in the outputs' staging (not yet logged); their digest."""
         recorder = self.recorder
         self.patience.restart_clock()
         model = export_copy(result.model, recorder.config.model, recorder.data)
-        log.info("%s: final weights sha256 %s", recorder.task.name if recorder.task else recorder.name,
-                 weights_digest(model))
-        return models.save_model(model, self.outputs.stage(recorder.paths.model),
-                                 example=scaled(recorder.train_split.x[:5]))
+        digest = weights_digest(model)
+        log.info("%s: final weights sha256 %s", recorder.task.name if recorder.task else recorder.name, digest)
+        saved = models.save_model(model, self.outputs.stage(recorder.paths.model),
+                                  example=scaled(recorder.train_split.x[:5]))
+        return saved, digest
 
     def log_model(self, saved: SavedModel) -> None:
         """Log the saved model to the run and register it, per params; a run that holds it already is not given
@@ -102,11 +103,10 @@ class Recording:
                                                       "run_name": self.recorder.name, "loop": train.loop,
                                                       "precision": train.precision}, self.patience)
 
-    def summarize(self, result: TrainResult, saved: SavedModel, cpu: CpuMeter) -> TrainOutputs:
-        """Build the report (or reuse the one a killed run recorded) and log its summary: what the stage writes once
-        the run ends."""
+    def summarize(self, result: TrainResult, digest: str, cpu: CpuMeter) -> TrainOutputs:
+        """Build the report of the weights ``digest`` names (or reuse the one a killed run recorded) and log its
+        summary: what the stage writes once the run ends."""
         recorder = self.recorder
-        digest = weights_digest(saved.model)
         report = rerun.recorded_report(recorder.backup, digest) or recorder.report(
             result, digest, self.run_id, self.support, cpu,
             step_costs(recorder.config, recorder.data, recorder.spec, recorder.info, result.model,

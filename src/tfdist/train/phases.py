@@ -11,7 +11,6 @@ their moments, and the backup's and the outputs' own are handed ``crash_point``.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 
 from tfdist import native_logs
@@ -26,8 +25,6 @@ from tfdist.records.run_names import RunPaths
 from tfdist.tf_private import reset_eager_context
 from tfdist.train.chief_run import ChiefRun
 from tfdist.train.task_run import TaskRun
-
-log = logging.getLogger(__name__)
 
 
 def train_task(config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None
@@ -54,11 +51,11 @@ def train_task(config: Config, spec: StrategySpec, name: str, paths: RunPaths, t
         with recorder.recording(moments=crash_point) as recording:
             with CpuMeter(recorder.training_root) as cpu:
                 result = trainer.fit([recording.epochs], moments=crash_point)
-            saved = recording.save_model(result)
+            saved, digest = recording.save_model(result)
             crash_point("model.written")
             recording.log_model(saved)
             crash_point("model.logged")
-            trained = recording.summarize(result, saved, cpu)
+            trained = recording.summarize(result, digest, cpu)
             crash_point("run.summary")
         return trained
 

@@ -43,12 +43,20 @@ def all_reduce_loop(strategy: tf.distribute.Strategy, values: tf.Variable, steps
 def step_samples(loop: Callable[[], Any], steps: int, repeats: int) -> list[float]:
     """Seconds of one of the ``steps`` a call of ``loop`` runs, for each of ``repeats`` calls after a first one
     (which traces it and warms the connections up)."""
-    loop()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return alternated_samples([loop], steps, repeats)[0]
+
+
+def alternated_samples(loops: list[Callable[[], Any]], steps: int, repeats: int) -> list[list[float]]:
+    """:func:`step_samples` of each of ``loops``, their calls alternated, so that a slow spell of the machine
+    falls on every loop alike rather than on whichever ran then."""
+    for loop in loops:
         loop()
-        seconds.append((time.perf_counter() - start) / steps)
+    seconds: list[list[float]] = [[] for _ in loops]
+    for _ in range(repeats):
+        for loop, samples in zip(loops, seconds, strict=True):
+            start = time.perf_counter()
+            loop()
+            samples.append((time.perf_counter() - start) / steps)
     return seconds
 
 
@@ -59,9 +67,13 @@ def seconds_per_step(loop: Callable[[], Any], steps: int, repeats: int) -> float
 
 def all_reduce_samples(strategy: tf.distribute.Strategy, *, elements: int, steps: int, repeats: int) -> list[float]:
     """Seconds of one all-reduce of ``elements`` float32 values, a sample per call of ``steps`` of them."""
+    return step_samples(_probe(strategy, elements, steps), steps, repeats)
+
+
+def _probe(strategy: tf.distribute.Strategy, elements: int, steps: int) -> Callable[[], Any]:
     with strategy.scope():
         values = tf.Variable(tf.ones([elements]), trainable=False)
-    return step_samples(all_reduce_loop(strategy, values, steps), steps, repeats)
+    return all_reduce_loop(strategy, values, steps)
 
 
 def time_all_reduce(strategy: tf.distribute.Strategy, *, elements: int, steps: int, repeats: int) -> float:
@@ -74,8 +86,8 @@ def calibrate(strategy: tf.distribute.Strategy, *, gradient_bytes: int, workers:
     """Time the two probes between the workers (every worker must call this, as it does ``fit``), then
     ``step_alone``, a call of which runs ``steps_alone`` steps of one replica without the strategy."""
     large_elements = max(SMALL_ELEMENTS + 1, gradient_bytes // 4)
-    small_samples = all_reduce_samples(strategy, elements=SMALL_ELEMENTS, steps=steps, repeats=repeats)
-    large_samples = all_reduce_samples(strategy, elements=large_elements, steps=steps, repeats=repeats)
+    small_samples, large_samples = alternated_samples(
+        [_probe(strategy, SMALL_ELEMENTS, steps), _probe(strategy, large_elements, steps)], steps, repeats)
     small, large = statistics.median(small_samples), statistics.median(large_samples)
     small_bytes, large_bytes = 4 * SMALL_ELEMENTS, 4 * large_elements
     per_byte = max(0.0, (large - small) / (large_bytes - small_bytes))

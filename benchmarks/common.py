@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,29 +29,58 @@ import yaml
 import tfdist  # noqa: F401  (selects tf_keras before TensorFlow loads)
 from tfdist.config.knobs import Config
 from tfdist.config.params import load_config
-from tfdist.data.prepared import MNIST_CLASSES, DataSpec, Split, load_spec, load_split, scaled
+from tfdist.data.prepared import (
+    MNIST_CLASSES,
+    SPLITS,
+    DataSpec,
+    PreparedSplit,
+    Split,
+    SplitWriter,
+    load_spec,
+    load_split,
+    scaled,
+    write_spec,
+)
 
 PREPARED = Path("data/prepared")
 
 
-def prepared(split: str, rows: int | None = None) -> Split:
-    """A prepared split (run ``dvc repro preprocess`` first), tiled to ``rows`` rows if given.
+def prepared(split: str, rows: int | None = None) -> PreparedSplit:
+    """A prepared split (run ``dvc repro preprocess`` first), tiled to ``rows`` rows if given (written once, under
+    data/benchmark/).
 
     The offline sample has 3,600 training digits; tiling them to MNIST's 60,000
     gives epochs as long as the seed's, so per-epoch costs weigh the same.
     """
-    images = load_split(PREPARED, split, load_spec(PREPARED))
+    spec = load_spec(PREPARED)
     if rows is None:
-        return images
-    repeat = -(-rows // len(images))
-    return Split(np.tile(images.x, (repeat, 1, 1, 1))[:rows], np.tile(images.y, repeat)[:rows])
+        return load_split(PREPARED, split, spec)
+    folder = Path("data/benchmark") / f"tiled-{split}-{rows}"
+    if not (folder / "spec.json").is_file():
+        images = load_split(PREPARED, split, spec).read()
+        repeat = -(-rows // len(images))
+        tiled = Split(np.tile(images.x, (repeat, 1, 1, 1))[:rows], np.tile(images.y, repeat)[:rows])
+        write_prepared_folder(folder, spec, {name: tiled for name in SPLITS})
+    return load_split(folder, split, spec)
+
+
+def write_prepared_folder(folder: Path, spec: DataSpec, splits: dict[str, Split]) -> None:
+    """A prepared folder of these in-memory splits, as the preprocess stage writes one (the order kept)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    written = {}
+    for name, split in splits.items():
+        writer = SplitWriter(name, folder, spec, len(split))
+        writer.write(split.x, split.y)
+        written[name] = writer.close()
+    write_spec(folder, spec, written)
 
 
 #: What :func:`full_size` is, for the models built on it.
 FULL_SIZE_SPEC = DataSpec("MNIST (full size)", (28, 28, 1), MNIST_CLASSES)
 
 
-def train_quietly(settings: Config, spec: Any, strategy: Any, info: Any, train: Split, val: Split,
+def train_quietly(settings: Config, spec: Any, strategy: Any, info: Any, train: PreparedSplit, val: PreparedSplit,
                   data: DataSpec | None = None) -> Any:
     """``tfdist.train.fit.train_model`` on MNIST-shaped ``train`` and ``val``, Keras's per-epoch lines kept quiet."""
     from tfdist.train.fit import train_model
@@ -90,6 +120,14 @@ def full_size_mnist(rows: int = 60_000, seed: int = 0) -> Path:
     return FULL_SIZE
 
 
+def full_size_prepared(split: str) -> PreparedSplit:
+    """:func:`full_size`'s splits as a prepared folder (data/benchmark/mnist-60k/, written once)."""
+    folder = Path("data/benchmark/mnist-60k")
+    if not (folder / "spec.json").is_file():
+        write_prepared_folder(folder, FULL_SIZE_SPEC, {name: full_size(name) for name in SPLITS})
+    return load_split(folder, split, FULL_SIZE_SPEC)
+
+
 def full_size(split: str) -> Split:
     """A split of :func:`full_size_mnist` as the pipeline prepares it (uint8, 28x28x1: :data:`FULL_SIZE_SPEC`).
 
@@ -125,7 +163,8 @@ def step_ms(report: dict) -> float:
     return 1000 * report["steady_epoch_seconds"] / report["steps_per_epoch"]
 
 
-def accuracy(model: Any, test: Split) -> float:
+def accuracy(model: Any, test: Split | PreparedSplit) -> float:
+    test = test.read() if isinstance(test, PreparedSplit) else test
     probabilities = model.predict(scaled(test.x), batch_size=1024, verbose=0)
     return float(np.mean(probabilities.argmax(axis=1) == test.y))
 

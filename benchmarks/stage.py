@@ -15,11 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from benchmarks.common import PREPARED, prepared, step_ms
+from benchmarks.common import PREPARED, prepared, step_ms, write_prepared_folder
 from stages.train import run_command
-from tfdist.data.prepared import SPEC_FILE
+from tfdist.data.prepared import load_spec, load_split
 from tfdist.records.history import read_history
 
 #: Training digits each run reads: the offline sample tiled, so per-epoch costs weigh as on a larger set.
@@ -56,11 +54,9 @@ def model_settings(cell: dict, options: Any) -> list[str]:
 
 def data_folder(root: Path) -> Path:
     folder = root / "prepared"
-    folder.mkdir()
-    train = prepared("train", ROWS)
-    np.savez(folder / "train.npz", x=train.x, y=train.y)
-    for name in ("val.npz", "test.npz", SPEC_FILE):
-        (folder / name).write_bytes((PREPARED / name).read_bytes())
+    spec = load_spec(PREPARED)
+    write_prepared_folder(folder, spec, {"train": prepared("train", ROWS).read(),
+                                         **{name: load_split(PREPARED, name, spec).read() for name in ("val", "test")}})
     return folder
 
 

@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.common import FULL_SIZE_SPEC, accuracy, config, full_size, in_own_process, train_quietly
+from benchmarks.common import FULL_SIZE_SPEC, accuracy, config, full_size, full_size_prepared, in_own_process, train_quietly
 from benchmarks.harness import Options
 from benchmarks.results import Result, spread
 
@@ -57,7 +57,8 @@ def fit(epochs: int, steps: int) -> list[float]:
     configure_threads(*op_threads(settings))
     spec = get_spec("default")
     strategy, info = build_strategy(spec)
-    result = train_quietly(settings, spec, strategy, info, full_size("train"), full_size("val"), FULL_SIZE_SPEC)
+    result = train_quietly(settings, spec, strategy, info, full_size_prepared("train"), full_size_prepared("val"),
+                           FULL_SIZE_SPEC)
     return [result.steady_samples_per_second, accuracy(result.model, full_size("test"))]
 
 

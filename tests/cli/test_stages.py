@@ -36,7 +36,8 @@ def test_preprocess_writes_data_and_summary(workdir):
     summary = json.loads((workdir / "reports" / "data.json").read_text())
     assert summary["source"] == "MNIST sample" and summary["splits"]["val"]["total"] == 800
     assert len(summary["sha256"]) == 64
-    assert sorted(p.name for p in (workdir / "data" / "prepared").iterdir()) == ["spec.json", "test.npz", "train.npz", "val.npz"]
+    names = sorted(p.name for p in (workdir / "data" / "prepared").iterdir())
+    assert names[:2] == ["spec.json", "test-00000-of-00016.tfrecord"] and len(names) == 1 + 3 * 16
 
 
 @pytest.mark.parametrize(

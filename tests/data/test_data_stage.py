@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from tfdist.config.knobs import DataConfig
-from tfdist.data.prepared import MNIST_CLASSES
+from tfdist.data.images import as_images
+from tfdist.data.prepared import MNIST_CLASSES, load_spec, load_split
 from tfdist.data.sources import RawImages
-from tfdist.data.stage import as_images, class_names, prepare, split_raw, stratified_split, summarize
+from tfdist.data.stage import class_names, prepare, stratified_split, write_prepared
 from tfdist.errors import InputError
 
 from helpers.digits import fake_mnist
@@ -52,12 +53,13 @@ def test_the_classes_must_be_0_to_k_minus_1_every_one_present(labels, names, mes
     assert class_names(np.array([0, 1, 1]), None, "src") == ("0", "1")
 
 
-def test_a_class_too_small_for_the_held_out_splits_is_named_with_what_it_has_and_needs():
+def test_a_class_too_small_for_the_held_out_splits_is_named_with_what_it_has_and_needs(tmp_path):
     x = np.zeros((23, 4, 4), dtype=np.uint8)
     y = np.array([0] * 10 + [1] * 10 + [2] * 3)
     with pytest.raises(InputError, match="^t: class c has 3 image.s.; the test and validation splits .data.test_split, "
                                          "data.validation_split. need at least 7 of each class"):
-        split_raw(RawImages("t", x, y, class_names=("a", "b", "c")), DataConfig(validation_split=0.1, test_split=0.2), 0)
+        write_prepared(RawImages("t", x, y, class_names=("a", "b", "c")), DataConfig(validation_split=0.1, test_split=0.2),
+                       0, tmp_path / "prepared")
 
 
 def test_stratified_split_holds_out_each_class_evenly():
@@ -69,23 +71,26 @@ def test_stratified_split_holds_out_each_class_evenly():
     assert not np.all(np.diff(keep) > 0), "indices must be shuffled, not slices"
 
 
-def test_sample_source_prepares_real_digits():
-    data = prepare(DataConfig(source="sample", validation_split=0.1, test_split=0.2), seed=1)
-    assert data.spec.describe() == "MNIST sample (28x28x1, 10 classes)" and data.spec.class_names == MNIST_CLASSES
-    assert (len(data.train), len(data.val), len(data.test)) == (3600, 400, 1000)
-    assert np.all(np.bincount(data.test.y) == 100)
-    assert data.train.x.dtype == np.uint8 and data.train.x.shape[1:] == (28, 28, 1) and data.train.x.max() == 255
+def test_sample_source_prepares_real_digits(tmp_path):
+    summary = prepare(DataConfig(source="sample", validation_split=0.1, test_split=0.2), 1, tmp_path / "prepared")
+    spec = load_spec(tmp_path / "prepared")
+    assert spec.describe() == "MNIST sample (28x28x1, 10 classes)" and spec.class_names == MNIST_CLASSES
+    assert [summary["splits"][name]["total"] for name in ("train", "val", "test")] == [3600, 400, 1000]
+    assert set(summary["splits"]["test"]["per_class"].values()) == {100}
+    train = load_split(tmp_path / "prepared", "train", spec).read(500)
+    assert train.x.dtype == np.uint8 and train.x.shape[1:] == (28, 28, 1) and train.x.max() == 255
+    assert not (tmp_path / ".prepared.scratch").exists(), "the scratch folder goes"
 
 
-def test_split_is_reproducible_by_seed():
+def test_split_is_reproducible_by_seed(tmp_path):
     raw = RawImages("t", *fake_mnist(200))
     config = DataConfig(validation_split=0.1, test_split=0.2)
-    a, b, c = split_raw(raw, config, 3), split_raw(raw, config, 3), split_raw(raw, config, 4)
-    assert summarize(a)["sha256"] == summarize(b)["sha256"] != summarize(c)["sha256"]
-    assert summarize(a)["shape"] == [28, 28, 1] and summarize(a)["class_names"] == list(MNIST_CLASSES)
+    a, b, c = (write_prepared(raw, config, seed, tmp_path / f"{i}") for i, seed in enumerate((3, 3, 4)))
+    assert a["sha256"] == b["sha256"] != c["sha256"]
+    assert a["shape"] == [28, 28, 1] and a["class_names"] == list(MNIST_CLASSES)
 
 
-def test_source_test_split_is_kept():
+def test_source_test_split_is_kept(tmp_path):
     x, y = fake_mnist(100)
-    data = split_raw(RawImages("t", x, y, x[:30], y[:30]), DataConfig(validation_split=0.2), seed=0)
-    assert (len(data.train), len(data.val), len(data.test)) == (80, 20, 30)
+    summary = write_prepared(RawImages("t", x, y, x[:30], y[:30]), DataConfig(validation_split=0.2), 0, tmp_path / "p")
+    assert [summary["splits"][name]["total"] for name in ("train", "val", "test")] == [80, 20, 30]

@@ -48,8 +48,8 @@ def test_idx_folder_source(tmp_path, compress):
                         ("t10k-images-idx3-ubyte", x[:20]), ("t10k-labels-idx1-ubyte", y[:20])]:
         write_idx(tmp_path / (stem + suffix), array, compress)
     raw = load_source(str(tmp_path), timeout=1)
-    assert raw.x_train.shape == (50, 28, 28) and raw.y_test.shape == (20,)
-    np.testing.assert_array_equal(raw.x_train, x)
+    assert raw.x_train.x.shape == (50, 28, 28) and raw.y_test.shape == (20,)
+    np.testing.assert_array_equal(raw.x_train.x, x)
 
 
 def test_idx_bad_magic_is_named(tmp_path):
@@ -69,7 +69,7 @@ def test_idx_truncated_file_is_named(tmp_path):
 def test_npz_source(tmp_path):
     x, y = fake_mnist(40)
     np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y, x_test=x[:10], y_test=y[:10])
-    assert load_source(str(tmp_path / "mnist.npz"), timeout=1).x_test.shape == (10, 28, 28)
+    assert load_source(str(tmp_path / "mnist.npz"), timeout=1).x_test.x.shape == (10, 28, 28)
 
 
 def test_missing_path_source(tmp_path):
@@ -79,7 +79,7 @@ def test_missing_path_source(tmp_path):
 
 def test_the_keras_source_downloads_checks_and_caches(tmp_path, mnist_server):
     raw = load_source("keras", timeout=5, cache_dir=tmp_path / "cache", download=mnist_server)
-    assert raw.source == "MNIST" and raw.x_train.shape == (30, 28, 28) and raw.x_test.shape == (10, 28, 28)
+    assert raw.source == "MNIST" and raw.x_train.x.shape == (30, 28, 28) and raw.x_test.x.shape == (10, 28, 28)
     cached = tmp_path / "cache" / "datasets" / "mnist.npz"
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == mnist_server.sha256
     # the cache serves the next load: no server needed

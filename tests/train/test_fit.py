@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tfdist.config.params import load_config
+from tfdist.data.input_pipeline import make_dataset_fn
 from tfdist.data.prepared import load_split, scaled
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.registry import get_spec
@@ -12,7 +13,6 @@ from tfdist.records.history import EPOCH_COLUMNS
 from tfdist.tf_imports import keras, tf
 from tfdist.train.callbacks import Diverged, LinearWarmup
 from tfdist.train.fit import FitPlan, effective_learning_rate, train_model
-from tfdist.train.input_pipeline import make_dataset_fn
 
 from helpers.devices import SPLIT_REPLICAS
 from helpers.digits import MNIST
@@ -36,7 +36,7 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     recorder = Recorder()
     result = train_model(config, spec, strategy, info, data=MNIST, train=load_split(prepared_dir, "train", MNIST),
                          val=load_split(prepared_dir, "val", MNIST), callbacks=[recorder])
-    test = load_split(prepared_dir, "test", MNIST)
+    test = load_split(prepared_dir, "test", MNIST).read()
     accuracy = float(np.mean(result.model.predict(scaled(test.x), verbose=0).argmax(axis=1) == test.y))
     assert accuracy > 0.8, "two epochs on 3,600 real digits reach well above chance (0.1)"
     assert info.replicas == (SPLIT_REPLICAS if strategy_name in ("mirrored", "central_storage") else 1)
@@ -62,7 +62,8 @@ def test_each_validation_reads_every_validation_digit_once_from_its_endless_inpu
     assert len(val) % result.global_batch_size == 16
     plan = FitPlan.of(config, spec, info, 3600, len(val))
     assert (plan.val_steps, plan.shards) == (7, 0)
-    loss, accuracy = result.model.evaluate(scaled(val.x), val.y, batch_size=result.global_batch_size, verbose=0)
+    held = val.read()
+    loss, accuracy = result.model.evaluate(scaled(held.x), held.y, batch_size=result.global_batch_size, verbose=0)
     last = result.history[-1]
     assert (last["val_loss"], last["val_accuracy"]) == (pytest.approx(loss, rel=1e-6), pytest.approx(accuracy)), \
         "the last epoch's validation is a finite pass over the same digits"
@@ -100,24 +101,24 @@ def test_a_nan_loss_stops_training_at_once_naming_epoch_and_step(tmp_path, prepa
     assert recorder.epochs == [], "callbacks after the guard (trackers, backups) never see a diverged epoch"
 
 
-def test_each_worker_reads_its_own_order_under_parameter_server(prepared_dir):
-    """The dataset function gives each worker batches of its own, though TensorFlow cannot tell them apart."""
+def test_each_pipeline_streams_files_of_its_own_epoch_by_epoch(prepared_dir):
+    """Two input pipelines read disjoint halves of the images, each epoch in an order of its own; a run resumed at
+    epoch 1 reads what the uninterrupted run read in its epoch 1."""
     train = load_split(prepared_dir, "train", MNIST)
-    fn = make_dataset_fn(train, 25, seed=1, own_order=True)
-    # ParameterServerStrategy hands every worker this same context (TF 2.21: one pipeline, id 0)
-    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1)
-    first = []
-    for _worker in range(2):
-        (xb, _), = fn(context).take(1).as_numpy_iterator()
-        first.append(xb.tobytes())
-    assert first[0] != first[1], "two workers must not read the same batches in the same order"
-    seen = []
-    for pipeline in range(2):  # were the pipelines told apart, each would read its own shard
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=1)
-        batches = fn(context).take(len(train) // 2 // 25)
-        seen.append({x.tobytes() for xb, _ in batches.as_numpy_iterator() for x in xb})
-    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    steps = len(train) // 2 // 25
+    fn = make_dataset_fn(train, 50, seed=1, steps=steps, pipelines=2)
+    seen, epochs = [], []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
+        batches = list(fn(context).take(2 * steps).as_numpy_iterator())
+        seen.append({x.tobytes() for xb, _ in batches[:steps] for x in xb})
+        epochs.append([xb.tobytes() for xb, _ in batches])
+    assert seen[0] and seen[1] and not seen[0] & seen[1], "each pipeline reads its own files"
     assert np.isclose(len(seen[0]), len(train) / 2, rtol=0.05)
+    assert epochs[0][:steps] != epochs[0][steps:], "every epoch is reshuffled"
+    resumed = make_dataset_fn(train, 50, seed=1, steps=steps, pipelines=2, start_epoch=1)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0, num_replicas_in_sync=2)
+    assert [xb.tobytes() for xb, _ in resumed(context).take(steps).as_numpy_iterator()] == epochs[0][steps:]
 
 
 @pytest.mark.parametrize(("scaling", "expected"), [("none", 0.001), ("linear", 0.004)])

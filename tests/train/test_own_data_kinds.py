@@ -17,9 +17,9 @@ import pytest
 
 from tfdist.config.knobs import DataConfig
 from tfdist.config.params import load_config
-from tfdist.data.prepared import load_spec, load_split, save_prepared, scaled
+from tfdist.data.prepared import load_spec, load_split, scaled
 from tfdist.data.sources import RawImages
-from tfdist.data.stage import split_raw
+from tfdist.data.stage import write_prepared
 from tfdist.distribute.builders import build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.evaluate.stage import evaluate_model
@@ -38,8 +38,7 @@ def parts(tmp_path_factory):
     """A prepared colour set: 3 classes of 16x16x3 images, named."""
     folder = tmp_path_factory.mktemp("parts")
     x, y = colour_set(900, classes=3)
-    data = split_raw(RawImages("parts", x, y, class_names=("bolt", "nut", "gear")), DataConfig(), seed=0)
-    save_prepared(data, folder / "prepared")
+    write_prepared(RawImages("parts", x, y, class_names=("bolt", "nut", "gear")), DataConfig(), 0, folder / "prepared")
     return folder / "prepared"
 
 
@@ -55,7 +54,7 @@ def test_every_kind_learns_the_users_colour_images(tmp_path, parts, kind, model,
                          val=load_split(parts, "val", data))
     model = export_copy(result.model, config.model, data)
     assert model.input_shape == (None, 16 * 16 * 3) and model.output_shape == (None, 3)
-    test = load_split(parts, "test", data)
+    test = load_split(parts, "test", data).read()
     metrics, predicted = evaluate_model(model, test, data)
     assert metrics["accuracy"] > 0.9, f"{kind} under {strategy} learns the colours: {metrics['accuracy']:.3f}"
     assert set(metrics["per_class"]) == {"bolt", "nut", "gear"} and len(predicted) == len(test)

@@ -31,7 +31,7 @@ def train(tmp_path, prepared_dir, strategy="default", **train_section):
 
 
 def accuracy_on_test(result, prepared_dir):
-    test = load_split(prepared_dir, "test", MNIST)
+    test = load_split(prepared_dir, "test", MNIST).read()
     return float(np.mean(result.model.predict(scaled(test.x), verbose=0).argmax(axis=1) == test.y))
 
 
@@ -111,7 +111,7 @@ def test_mixed_float16_recovers_from_a_huge_initial_loss_scale(tmp_path, prepare
         optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0 ** 40)
         model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(),
                       metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], steps_per_execution=10)
-    train_split = load_split(prepared_dir, "train", MNIST)
+    train_split = load_split(prepared_dir, "train", MNIST).read()
     history = model.fit(scaled(train_split.x), train_split.y, batch_size=32, epochs=2, verbose=0).history
     assert history["nonfinite_steps"][0] >= 10, "overflowing steps were counted"
     assert float(optimizer.loss_scale) < 2.0 ** 30, "each overflow halved the loss scale"

@@ -11,11 +11,18 @@ The files are not trusted: an entry that is not a regular file (a pipe would
 block the read for ever, a device would never end) or a link leaving the source
 folder is refused by name, and an image's size is read from its header and held
 to :data:`MAX_PIXELS` before a pixel is decoded.
+
+The folder is listed first (the labels come from the folders' names); the
+images are decoded only as the preprocess stage takes them, a chunk at a time,
+by a pool of processes (one per core), so a folder larger than memory is read.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import stat
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -32,18 +39,66 @@ MAX_PIXELS = 64_000_000
 _MODES = {"1": ("L", 1), "L": ("L", 1), "P": ("RGB", 3), "RGB": ("RGB", 3), "RGBA": ("RGBA", 4), "LA": ("LA", 2)}
 
 
-def load_image_folder(folder: Path, image_size: tuple[int, int] | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Every image of every class folder under ``folder``, labelled by its folder: images, labels, class names.
+class FolderImages:
+    """The images of a folder with a subfolder per class, listed, each decoded as it is taken.
+
+    Attributes:
+        labels: each file's class (its folder's index among the sorted class folders).
+        class_names: the class folders' names, sorted.
+    """
+
+    def __init__(self, folder: Path, paths: list[Path], labels: list[int], class_names: tuple[str, ...],
+                 image_size: tuple[int, int] | None):
+        self.source, self.root, self.paths = str(folder), folder.resolve(), paths
+        self.labels, self.class_names, self.image_size = np.asarray(labels, dtype=np.int64), class_names, image_size
+        self._first: tuple[Path, tuple[int, ...]] | None = None
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        """The images at ``indices``, decoded (by a process pool when there are many), their sizes held to the first's.
+
+        Raises:
+            InputError: a file that is not a readable PNG or JPEG image, or whose size or channels differ.
+        """
+        if self._first is None:  # every image held to the folder's first, as listed
+            self._first = (self.paths[0], _decode((self.paths[0], self.root, self.image_size)).shape)
+        paths = [self.paths[i] for i in indices]
+        jobs = [(path, self.root, self.image_size) for path in paths]
+        if len(jobs) > 64 and (os.cpu_count() or 1) > 1:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(os.cpu_count())
+                atexit.register(self._pool.shutdown, cancel_futures=True)
+            images = list(self._pool.map(_decode, jobs, chunksize=32))
+        else:
+            images = [_decode(job) for job in jobs]
+        for path, pixels in zip(paths, images, strict=True):
+            if pixels.shape != self._first[1]:
+                raise InputError(_mismatch(self._first, path, pixels.shape))
+        return np.stack(images) if images else np.empty((0, 0, 0, 0), dtype=np.uint8)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+def _decode(job: tuple[Path, Path, tuple[int, int] | None]) -> np.ndarray:
+    path, root, image_size = job
+    return _read(_inside(path, root), image_size, shown=path)
+
+
+def image_folder(folder: Path, image_size: tuple[int, int] | None = None) -> FolderImages:
+    """The images of every class folder under ``folder``, labelled by their folder, listed (not yet decoded).
 
     Args:
         image_size: ``(height, width)`` every image is resized to (bilinear); None keeps
             their size, which must then be the same for all.
 
     Raises:
-        InputError: one line naming the folder or file: no class folders, fewer than 2, an
-            empty one, a file that is not a PNG or JPEG image, images whose channels or (without
-            ``image_size``) sizes differ (two files named).
+        InputError: one line naming the folder or file: no class folders, fewer than 2, an empty one.
     """
     root = folder.resolve()
     classes = sorted(path for path in folder.iterdir() if _inside(path, root).is_dir() and not path.name.startswith("."))
@@ -51,20 +106,28 @@ def load_image_folder(folder: Path, image_size: tuple[int, int] | None = None
         found = f"only {classes[0].name}/" if classes else "none"
         raise InputError(f"data.source: {folder} needs a subfolder of images per class, at least 2 ({found}); "
                          "or give an .npz file or a folder of IDX files")
-    images, labels, first = [], [], None
+    paths, labels = [], []
     for label, class_folder in enumerate(classes):
         files = sorted(path for path in class_folder.iterdir() if not path.name.startswith("."))
         if not files:
             raise InputError(f"data.source: class folder {class_folder} is empty; put its images in it or remove it")
-        for path in files:
-            pixels = _read(_inside(path, root), image_size, shown=path)
-            if first is None:
-                first = (path, pixels.shape)
-            elif pixels.shape != first[1]:
-                raise InputError(_mismatch(first, path, pixels.shape))
-            images.append(pixels)
-            labels.append(label)
-    return np.stack(images), np.asarray(labels, dtype=np.int64), tuple(path.name for path in classes)
+        paths.extend(files)
+        labels.extend([label] * len(files))
+    return FolderImages(folder, paths, labels, tuple(path.name for path in classes), image_size)
+
+
+def load_image_folder(folder: Path, image_size: tuple[int, int] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Every image of a (small) folder decoded into memory: images, labels, class names (:func:`image_folder`).
+
+    Raises:
+        InputError: as :func:`image_folder` and :meth:`FolderImages.take`.
+    """
+    images = image_folder(folder, image_size)
+    try:
+        return images.take(np.arange(len(images))), images.labels, images.class_names
+    finally:
+        images.close()
 
 
 def _inside(path: Path, root: Path) -> Path:

@@ -6,7 +6,10 @@ MNIST-format set), or a folder of PNG and JPEG images with one subfolder per
 class, as Keras's ``image_dataset_from_directory`` reads it (:mod:`tfdist.data.image_folder`).
 Each loader returns the images as published (pixels 0..255 or 0..1, labels
 0..K-1) and says whether the source brought its own test split and its class
-names. Checking, scaling and splitting happen in :mod:`tfdist.data.stage`, the same for all.
+names. Images are read as they are written, a chunk at a time (:mod:`tfdist.data.images`):
+with a ``scratch`` folder, an array a file holds uncompressed is mapped from it, and a
+compressed one is inflated into ``scratch`` first, so no source is ever held whole in memory.
+Checking, scaling and splitting happen in :mod:`tfdist.data.stage`, the same for all.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.data.images import ArrayImages, Images, checked_labels
 from tfdist.errors import InputError, RunError
 from tfdist.files import atomic
 
@@ -52,15 +56,29 @@ class DownloadError(RunError):
 class RawImages:
     """Images as a source gives them; ``x_test`` is None when it has no test split, ``class_names`` when it names none.
 
-    ``source`` is what the reports call the data set.
+    ``source`` is what the reports call the data set. Arrays given as images are read as :class:`ArrayImages`;
+    the labels are checked (one per image, whole numbers >= 0).
     """
 
     source: str
-    x_train: np.ndarray
+    x_train: Images | np.ndarray
     y_train: np.ndarray
-    x_test: np.ndarray | None = None
+    x_test: Images | np.ndarray | None = None
     y_test: np.ndarray | None = None
     class_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for x, y, name in (("x_train", "y_train", self.source), ("x_test", "y_test", f"{self.source} (its test split)")):
+            images = getattr(self, x)
+            if images is None:
+                continue
+            if isinstance(images, np.ndarray):
+                labels = checked_labels(getattr(self, y), len(images), name)
+                images = ArrayImages(images, name)
+            else:
+                labels = checked_labels(getattr(self, y), len(images), name)
+            object.__setattr__(self, x, images)
+            object.__setattr__(self, y, labels)
 
 
 @dataclass(frozen=True)
@@ -77,8 +95,9 @@ class Download:
 
 
 def load_source(source: str, timeout: float, cache_dir: Path | None = None, download: Download = Download(),
-                image_size: tuple[int, int] | None = None) -> RawImages:
-    """Load images from ``auto``, ``keras``, ``sample`` or a path (``image_size``: a folder's images resized to it).
+                image_size: tuple[int, int] | None = None, scratch: Path | None = None) -> RawImages:
+    """Load images from ``auto``, ``keras``, ``sample`` or a path (``image_size``: a folder's images resized to it;
+    ``scratch``: a folder for arrays inflated from compressed files, None: into memory).
 
     ``auto`` takes full MNIST when it is cached or can be downloaded, and falls
     back to the bundled sample with a warning otherwise, so the pipeline runs
@@ -91,14 +110,21 @@ def load_source(source: str, timeout: float, cache_dir: Path | None = None, down
     if source == "sample":
         return load_sample()
     if source == "keras":
-        return load_keras(timeout, cache_dir, download)
+        return load_keras(timeout, cache_dir, download, scratch)
     if source == "auto":
         try:
-            return load_keras(timeout, cache_dir, download)
+            return load_keras(timeout, cache_dir, download, scratch)
         except DownloadError as err:
             log.warning("%s; using the 5,000-digit offline sample instead", err)
             return load_sample()
-    return load_path(Path(source), image_size=image_size)
+    return load_path(Path(source), image_size=image_size, scratch=scratch)
+
+
+def check_exists(path: Path) -> None:
+    """Refuse a source path that does not exist, naming what a source can be."""
+    if not path.exists():
+        raise InputError(f"data.source: {path} does not exist; use auto, keras, sample, an .npz file, a folder of "
+                         "IDX files, or a folder of images with one subfolder per class")
 
 
 def keras_cache_file(cache_dir: Path | None = None) -> Path:
@@ -106,7 +132,8 @@ def keras_cache_file(cache_dir: Path | None = None) -> Path:
     return (cache_dir or Path.home() / ".keras") / "datasets" / "mnist.npz"
 
 
-def load_keras(timeout: float, cache_dir: Path | None = None, download: Download = Download()) -> RawImages:
+def load_keras(timeout: float, cache_dir: Path | None = None, download: Download = Download(),
+               scratch: Path | None = None) -> RawImages:
     """Full MNIST (60,000 + 10,000), from Keras's cache or downloaded into it.
 
     Downloaded the way ``tf.keras.datasets.mnist.load_data`` does (same file, same
@@ -117,7 +144,7 @@ def load_keras(timeout: float, cache_dir: Path | None = None, download: Download
     cached = keras_cache_file(cache_dir)
     if cached.exists():
         if _sha256(cached) == download.sha256:
-            return load_path(cached, "MNIST")
+            return load_path(cached, "MNIST", scratch=scratch)
         stale = f"the cached {cached} failed its hash check and "
     else:
         stale = ""
@@ -132,7 +159,7 @@ def load_keras(timeout: float, cache_dir: Path | None = None, download: Download
             f"{stale}cannot download MNIST from {download.url} within {timeout:g}s ({getattr(err, 'reason', err)}); "
             "set data.source to sample, or to a local mnist.npz or IDX folder"
         ) from None
-    return load_path(cached, "MNIST")
+    return load_path(cached, "MNIST", scratch=scratch)
 
 
 def _sha256(path: Path) -> str:
@@ -151,38 +178,42 @@ def load_sample() -> RawImages:
     return RawImages("MNIST sample", x.reshape(-1, 28, 28), y)
 
 
-def load_path(path: Path, name: str | None = None, image_size: tuple[int, int] | None = None) -> RawImages:
+def load_path(path: Path, name: str | None = None, image_size: tuple[int, int] | None = None,
+              scratch: Path | None = None) -> RawImages:
     """An ``.npz`` file, a folder of IDX files, or a folder of images with a subfolder per class.
 
     Raises:
         InputError: the path does not exist or cannot be read (named), or is none of those.
     """
-    if not path.exists():
-        raise InputError(f"data.source: {path} does not exist; use auto, keras, sample, an .npz file, a folder of "
-                         "IDX files, or a folder of images with one subfolder per class")
+    check_exists(path)
     if path.is_dir():
         if any(_idx_file(path, stem) for stem in IDX_FILES.values()):
-            x_train, y_train, x_test, y_test = (read_idx(_find_idx(path, stem)) for stem in IDX_FILES.values())
+            x_train, y_train, x_test, y_test = (read_idx(_find_idx(path, stem), scratch) for stem in IDX_FILES.values())
             return RawImages(name or path.name, x_train, y_train, x_test, y_test)
-        from tfdist.data.image_folder import load_image_folder  # PIL only for this source
+        from tfdist.data.image_folder import image_folder  # PIL only for this source
 
-        x, y, names = load_image_folder(path, image_size)
-        return RawImages(name or path.name, x, y, class_names=names)
-    return _load_npz(path, name or path.stem)
+        images = image_folder(path, image_size)
+        return RawImages(name or path.name, images, images.labels, class_names=images.class_names)
+    return _load_npz(path, name or path.stem, scratch)
 
 
 #: An .npz of the user's own: ``x`` and ``y``, optionally ``x_test``, ``y_test`` and ``class_names``.
 NPZ_ARRAYS = ("x", "y")
 
 
-def _load_npz(path: Path, name: str) -> RawImages:
+def _load_npz(path: Path, name: str, scratch: Path | None) -> RawImages:
     try:
         with np.load(path, allow_pickle=False) as npz:
             files = set(npz.files)
             for key in files:
-                check_declared_size(path, _npy_bytes(npz, key), f"array {key}'s header declares it")
+                check_declared_size(path, _npy_bytes(npz, key), f"array {key}'s header declares it", scratch)
+
+            def array(key: str) -> np.ndarray:
+                return npz[key] if scratch is None or key.startswith("y") else _mapped_member(path, npz, key, scratch)
+
             if set(IDX_FILES) <= files:  # Keras's mnist.npz layout
-                return RawImages(name, *(npz[key] for key in IDX_FILES))
+                x_train, y_train, x_test, y_test = (array(key) for key in IDX_FILES)
+                return RawImages(name, x_train, y_train, x_test, y_test)
             missing = [key for key in NPZ_ARRAYS if key not in files]
             if missing:
                 raise InputError(f"data.source: {path} lacks array{'s' * (len(missing) > 1)} {', '.join(missing)} "
@@ -192,18 +223,44 @@ def _load_npz(path: Path, name: str) -> RawImages:
                 raise InputError(f"data.source: {path} has {'x_test' if 'x_test' in files else 'y_test'} without "
                                  f"{'y_test' if 'x_test' in files else 'x_test'}; give both or neither")
             names = tuple(str(c) for c in npz["class_names"]) if "class_names" in files else None
-            return RawImages(name, npz["x"], npz["y"], npz["x_test"] if "x_test" in files else None,
+            return RawImages(name, array("x"), npz["y"], array("x_test") if "x_test" in files else None,
                              npz["y_test"] if "y_test" in files else None, names)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None
 
 
+def _mapped_member(path: Path, npz: Any, key: str, scratch: Path) -> np.ndarray:
+    """Array ``key`` of an .npz, memory-mapped: from the file where it is stored uncompressed, else inflated
+    into ``scratch`` (a block at a time) and mapped from there."""
+    member = npz.zip.getinfo(f"{key}.npy")
+    if member.compress_type == zipfile.ZIP_STORED:
+        with open(path, "rb") as handle:
+            handle.seek(member.header_offset)
+            local = handle.read(30)  # the member's local header: its name's and extra field's lengths at 26 and 28
+            name_length, extra_length = struct.unpack("<HH", local[26:30])
+            start = member.header_offset + 30 + name_length + extra_length
+            handle.seek(start)
+            version = np.lib.format.read_magic(handle)
+            shape, fortran, dtype = _npy_header(handle, version)
+            offset = handle.tell()
+        if dtype.hasobject or fortran:
+            return npz[key]
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    target = scratch / f"{path.stem}-{key}.npy"
+    with npz.zip.open(member) as source, open(target, "wb") as out:
+        shutil.copyfileobj(source, out, 1 << 20)
+    return np.load(target, mmap_mode="r", allow_pickle=False)
+
+
+def _npy_header(handle: Any, version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return reader(handle)
+
+
 def _npy_bytes(npz: Any, key: str) -> int:
     """The bytes array ``key`` of an open .npz declares in its header: read before the array is inflated."""
     with npz.zip.open(f"{key}.npy") as member:
-        version = np.lib.format.read_magic(member)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = reader(member)
+        shape, _, dtype = _npy_header(member, np.lib.format.read_magic(member))
     return math.prod(shape) * dtype.itemsize
 
 
@@ -221,13 +278,13 @@ def _find_idx(folder: Path, stem: str) -> Path:
     return found
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Read one IDX file (gzipped or not) of unsigned bytes into an array.
+def read_idx(path: Path, scratch: Path | None = None) -> np.ndarray:
+    """Read one IDX file (gzipped or not) of unsigned bytes into an array (with ``scratch``: a memory map of it).
 
     The header is checked before the body is read: its sizes multiplied exactly
-    (Python's integers: 2^31 x 2^31 does not wrap), held against this machine's
-    memory and, unzipped, against the file's size; a gzipped body is inflated no
-    further than one byte past what the header declares.
+    (Python's integers: 2^31 x 2^31 does not wrap), held against the memory (or, with
+    ``scratch``, the disk) it would fill and, unzipped, against the file's size; a gzipped
+    body is inflated no further than one byte past what the header declares.
 
     Raises:
         InputError: the magic number, dimensions or length are wrong.
@@ -248,23 +305,47 @@ def read_idx(path: Path) -> np.ndarray:
                 raise InputError(f"{path}: too short to be an IDX file (its header ends early)")
             shape = struct.unpack(f">{ndim}I", dims)
             declared = math.prod(shape)
-            check_declared_size(path, declared, f"IDX header promises {shape}")
             header = 4 + 4 * ndim
+            mapped = scratch is not None and ndim == 3  # the labels are small: read into memory
             if opener is open and path.stat().st_size != header + declared:
                 raise InputError(f"{path}: IDX header promises {shape} ({header + declared} bytes) but the file has "
                                  f"{path.stat().st_size} bytes")
-            body = handle.read(declared + 1)
+            check_declared_size(path, declared, f"IDX header promises {shape}",
+                                scratch if mapped and opener is not open else None if not mapped else path.parent)
+            if mapped and opener is open:
+                return np.memmap(path, dtype=np.uint8, mode="r", offset=header, shape=shape)
+            if mapped:
+                assert scratch is not None
+                target = scratch / f"{path.name}.inflated"
+                with open(target, "wb") as out:
+                    left = declared + 1
+                    while left and (block := handle.read(min(left, 1 << 20))):
+                        out.write(block)
+                        left -= len(block)
+                length = target.stat().st_size
+                if length == declared:
+                    return np.memmap(target, dtype=np.uint8, mode="r", shape=shape)
+            else:
+                body = handle.read(declared + 1)
+                length = len(body)
     except (OSError, EOFError, zlib.error) as err:
         raise InputError(f"{path}: cannot read IDX file ({err})") from None
-    if len(body) != declared:
-        found = "more" if len(body) > declared else f"{header + len(body)}"
+    if length != declared:
+        found = "more" if length > declared else f"{header + length}"
         raise InputError(f"{path}: IDX header promises {shape} ({header + declared} bytes) but the file has "
                          f"{found} bytes")
     return np.frombuffer(body, dtype=np.uint8).reshape(shape)
 
 
-def check_declared_size(path: Path, nbytes: int, what: str) -> None:
-    """Refuse, before decoding, a file whose header declares more bytes than this machine's memory holds."""
+def check_declared_size(path: Path, nbytes: int, what: str, disk: Path | None = None) -> None:
+    """Refuse, before decoding, a file whose header declares more bytes than this machine's memory holds (or, read
+    onto ``disk``, than its free space)."""
+    if disk is not None:
+        free = shutil.disk_usage(disk).free
+        if nbytes > free:
+            raise InputError(f"data.source: {path}: {what}, {nbytes:,} bytes, more than the {free:,} bytes free "
+                             "beside the prepared data; the file is damaged or not what it says (or free disk space)")
+        return
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if nbytes > memory:
         raise InputError(f"data.source: {path}: {what}, {nbytes:,} bytes, more than this machine's memory "

@@ -1,86 +1,106 @@
-"""The preprocess stage: the configured source, checked, kept as uint8 and split (stratified), into the prepared files.
+"""The preprocess stage: the configured source, checked, kept as uint8, split (stratified) and written as shards.
 
 The sources are :mod:`tfdist.data.sources`'; the files and their format are
-:mod:`tfdist.data.prepared`'s. Every check a user's data can fail is here, one
-line naming what is wrong, before anything is written. No TensorFlow.
+:mod:`tfdist.data.prepared`'s. The split is decided from the labels alone; the
+images are then read, checked and written a chunk at a time
+(:mod:`tfdist.data.images`), so the stage's memory does not grow with the
+source. Every check a user's data can fail is here or in the source, one line
+naming what is wrong; nothing is in place until every image is written (the
+outputs are staged). No TensorFlow.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from tfdist.config.knobs import Config, DataConfig
-from tfdist.data.prepared import DataSpec, PreparedData, Split, save_prepared, splits_digest
-from tfdist.data.sources import RawImages, load_source
+from tfdist.data.images import CHUNK, Images, as_images
+from tfdist.data.prepared import SPLITS, DataSpec, PreparedSplit, SplitWriter, write_spec
+from tfdist.data.sources import RawImages, check_exists, load_source
 from tfdist.errors import InputError
 from tfdist.files import atomic
 
 log = logging.getLogger(__name__)
 
-
-def prepare(config: DataConfig, seed: int, cache_dir: Path | None = None) -> PreparedData:
-    """Load the configured source, check it, and split it, stratified by label."""
-    size = (config.image_size[0], config.image_size[1]) if config.image_size else None
-    raw = load_source(config.source, config.download_timeout, cache_dir, image_size=size)
-    return split_raw(raw, config, seed)
+__all__ = ["as_images", "class_names", "prepare", "preprocess", "stratified_split", "summarize", "write_prepared"]
 
 
-def split_raw(raw: RawImages, config: DataConfig, seed: int) -> PreparedData:
-    """Check raw images and carve out test (if the source has none) and validation, stratified by class."""
-    rng = np.random.default_rng(seed)
-    x, y = as_images(raw.x_train, raw.y_train, raw.source)
-    spec = DataSpec(raw.source, (x.shape[1], x.shape[2], x.shape[3]), class_names(y, raw.class_names, raw.source))
-    if raw.x_test is None or raw.y_test is None:
-        check_class_sizes(y, spec, (config.test_split, config.validation_split))
-        rest, test_idx = stratified_split(y, config.test_split, rng)
-        test = Split(x[test_idx], y[test_idx])
-        x, y = x[rest], y[rest]
-    else:
-        check_class_sizes(y, spec, (config.validation_split,))
-        test = Split(*as_images(raw.x_test, raw.y_test, f"{raw.source} (its test split)"))
-        if test.x.shape[1:] != spec.shape or test.y.max() >= spec.classes:
-            raise InputError(f"{raw.source}: its test split holds images of shape {test.x.shape[1:]} and labels up to "
-                             f"{test.y.max()}, its training split {spec.shape} and {spec.classes} classes")
-    train_idx, val_idx = stratified_split(y, config.validation_split, rng)
-    return PreparedData(spec, Split(x[train_idx], y[train_idx]), Split(x[val_idx], y[val_idx]), test)
+def prepare(config: DataConfig, seed: int, folder: Path, cache_dir: Path | None = None,
+            expect: Callable[[int], None] = lambda size: None) -> dict[str, Any]:
+    """Load the configured source, check it, split it stratified by label and write it into ``folder``; its summary.
 
-
-def as_images(x: np.ndarray, y: np.ndarray, source: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images as uint8 ``(N, height, width, channels)`` and labels as int64, checked.
-
-    Pixels may be uint8 (or any integers) in 0..255, or floats in 0..255 or in
-    0..1 (scaled up); ``(N, height, width)`` is greyscale, one channel.
-
-    Raises:
-        InputError: x and y of different lengths, not images, NaN or infinite pixels,
-            pixels out of range, labels that are not whole numbers >= 0.
+    ``folder`` is made; arrays inflated from compressed files go to a scratch folder beside it, removed after.
+    ``expect`` is told the bytes the files will take, once the images' shape is known.
     """
-    x, y = np.asarray(x), np.asarray(y)
-    if y.ndim != 1 or len(x) != len(y):
-        raise InputError(f"{source}: x holds {len(x)} images and y {np.shape(y)} labels; give one label per image")
-    if x.ndim == 3:
-        x = x[..., np.newaxis]
-    if x.ndim != 4 or len(x) == 0 or not np.issubdtype(x.dtype, np.number):
-        raise InputError(f"{source}: x must be images, (N, height, width) or (N, height, width, channels) numbers, "
-                         f"got {x.dtype} {x.shape}")
-    if np.issubdtype(x.dtype, np.floating):
-        if not np.isfinite(x).all():
-            bad = int(np.argmax(~np.isfinite(x).reshape(len(x), -1).all(axis=1)))
-            raise InputError(f"{source}: image {bad} has NaN or infinite pixels")
-        x = x * 255 if x.max() <= 1 else x
-    if x.min() < 0 or x.max() > 255:
-        raise InputError(f"{source}: pixels must be in 0..255 (or floats in 0..1), found {x.min():g}..{x.max():g}")
-    x = x if x.dtype == np.uint8 else np.rint(x).astype(np.uint8)
-    if not np.issubdtype(y.dtype, np.integer) and not (np.issubdtype(y.dtype, np.number) and np.all(np.mod(y, 1) == 0)):
-        raise InputError(f"{source}: labels must be whole numbers 0..K-1, got {y.dtype} values such as {y[0]!r}")
-    y = y.astype(np.int64)
-    if y.min() < 0:
-        raise InputError(f"{source}: labels must be 0..K-1, found {y.min()}")
-    return x, y
+    size = (config.image_size[0], config.image_size[1]) if config.image_size else None
+    folder.mkdir(parents=True)
+    scratch = folder.parent / f".{folder.name}.scratch"
+    scratch.mkdir()
+    try:
+        raw = load_source(config.source, config.download_timeout, cache_dir, image_size=size, scratch=scratch)
+        try:
+            return write_prepared(raw, config, seed, folder, expect)
+        finally:
+            for images in (raw.x_train, raw.x_test):
+                getattr(images, "close", lambda: None)()
+    finally:
+        for path in scratch.iterdir():
+            path.unlink()
+        scratch.rmdir()
+
+
+def write_prepared(raw: RawImages, config: DataConfig, seed: int, folder: Path,
+                   expect: Callable[[int], None] = lambda size: None) -> dict[str, Any]:
+    """Split ``raw`` (test, if the source has none, and validation, stratified by class) and write each split's
+    images into ``folder`` as shards, in a random order; the summary of :func:`summarize`."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    y = raw.y_train
+    if len(y) == 0:
+        raise InputError(f"{raw.source}: x must be images, (N, height, width) or (N, height, width, channels) "
+                         "numbers, got none")
+    names = class_names(y, raw.class_names, raw.source)
+    if raw.x_test is None or raw.y_test is None:
+        check_class_sizes(y, raw.source, names, (config.test_split, config.validation_split))
+        rest, test_idx = stratified_split(y, config.test_split, rng)
+        parts = {"test": (raw.x_train, test_idx)}
+    else:
+        check_class_sizes(y, raw.source, names, (config.validation_split,))
+        if raw.y_test.max() >= len(names):
+            raise InputError(f"{raw.source}: its test split holds labels up to {raw.y_test.max()}, its training split "
+                             f"{len(names)} classes")
+        rest, parts = np.arange(len(y)), {"test": (raw.x_test, np.arange(len(raw.y_test)))}
+    keep, held = stratified_split(y[rest], config.validation_split, rng)
+    parts = {"train": (raw.x_train, rest[keep]), "val": (raw.x_train, rest[held]), **parts}
+    first = raw.x_train.take(parts["train"][1][:1])
+    spec = DataSpec(raw.source, (first.shape[1], first.shape[2], first.shape[3]), names)
+    expect(sum(len(indices) for _, indices in parts.values()) * (spec.record_bytes + 16) + 4096 * len(SPLITS))
+    splits = {name: _write_split(name, cast(Images, parts[name][0]), parts[name][1], raw, spec, folder)
+              for name in SPLITS}
+    digest = write_spec(folder, spec, splits)
+    return summarize(spec, splits, digest)
+
+
+def _write_split(name: str, images: Images, indices: np.ndarray, raw: RawImages, spec: DataSpec,
+                 folder: Path) -> PreparedSplit:
+    """The images of ``images`` at ``indices``, in that order, a chunk at a time, into one split's shards."""
+    labels = raw.y_train if images is raw.x_train else raw.y_test
+    assert labels is not None
+    writer = SplitWriter(name, folder, spec, len(indices))
+    for start in range(0, len(indices), CHUNK):
+        chunk = indices[start:start + CHUNK]
+        pixels = images.take(chunk)
+        if pixels.shape[1:] != spec.shape:
+            which = "its test split holds" if images is raw.x_test else "it holds"
+            raise InputError(f"{raw.source}: {which} images of shape {pixels.shape[1:]} and others of {spec.shape}; "
+                             "give every image the same size")
+        writer.write(pixels, labels[chunk])
+    return writer.close()
 
 
 def class_names(y: np.ndarray, names: tuple[str, ...] | None, source: str) -> tuple[str, ...]:
@@ -103,18 +123,18 @@ def class_names(y: np.ndarray, names: tuple[str, ...] | None, source: str) -> tu
     return names if names is not None else tuple(str(label) for label in range(count))
 
 
-def check_class_sizes(y: np.ndarray, spec: DataSpec, fractions: tuple[float, ...]) -> None:
+def check_class_sizes(y: np.ndarray, source: str, names: tuple[str, ...], fractions: tuple[float, ...]) -> None:
     """Refuse a class too small to give each held-out split (``fractions``, in the order taken) an image and keep one.
 
     Raises:
         InputError: naming the class, how many images it has and how many it needs.
     """
-    counts = np.bincount(y, minlength=spec.classes)
+    counts = np.bincount(y, minlength=len(names))
     needed = _needed(fractions)
     small = int(np.argmin(counts))
     if counts[small] < needed:
         splits = "test and validation splits" if len(fractions) == 2 else "validation split"
-        raise InputError(f"{spec.name}: class {spec.class_names[small]} has {counts[small]} image(s); the {splits} "
+        raise InputError(f"{source}: class {names[small]} has {counts[small]} image(s); the {splits} "
                          f"(data.test_split, data.validation_split) need at least {needed} of each class")
 
 
@@ -150,25 +170,27 @@ def stratified_split(y: np.ndarray, fraction: float, rng: np.random.Generator) -
     return rng.permutation(np.concatenate(keep)), rng.permutation(np.concatenate(held))
 
 
-def summarize(data: PreparedData) -> dict[str, Any]:
+def summarize(spec: DataSpec, splits: dict[str, PreparedSplit], digest: str) -> dict[str, Any]:
     """What ``reports/data.json`` records: source, shape, classes, counts per split and class, digest."""
     counts = {
-        name: {
-            "total": len(split),
-            "per_class": {data.spec.class_names[c]: int(n)
-                          for c, n in enumerate(np.bincount(split.y, minlength=data.spec.classes))},
-        }
-        for name, split in data.splits().items()
+        name: {"total": len(split), "per_class": dict(zip(spec.class_names, split.per_class, strict=True))}
+        for name, split in splits.items()
     }
-    return {"source": data.spec.name, "shape": list(data.spec.shape), "class_names": list(data.spec.class_names),
-            "splits": counts, "sha256": splits_digest(data.splits())}
+    return {"source": spec.name, "shape": list(spec.shape), "class_names": list(spec.class_names),
+            "splits": counts, "sha256": digest}
 
 
 def preprocess(config: Config, prepared_dir: Path, cache_dir: Path | None = None, *,
                outputs: atomic.Outputs | None = None) -> dict[str, Any]:
-    """The preprocess stage: prepare the configured source into ``prepared_dir`` (staged in ``outputs``); its summary."""
-    data = prepare(config.data, config.seed, cache_dir)
-    save_prepared(data, prepared_dir, outputs=outputs)
-    summary = summarize(data)
-    log.info("prepared %s: %s", data.spec.describe(), {k: v["total"] for k, v in summary["splits"].items()})
+    """The preprocess stage: prepare the configured source into ``prepared_dir`` (staged in ``outputs``, else in
+    place once whole); its summary."""
+    if config.data.source not in ("auto", "keras", "sample"):
+        check_exists(Path(config.data.source))  # before a folder is made for the outputs
+    if outputs is None:
+        with atomic.atomic_outputs() as fresh:
+            return preprocess(config, prepared_dir, cache_dir, outputs=fresh)
+    staged = outputs.stage(prepared_dir)
+    summary = prepare(config.data, config.seed, staged, cache_dir, lambda size: outputs.expect(staged, size))
+    log.info("prepared %s (%s, %d classes): %s", summary["source"], "x".join(map(str, summary["shape"])),
+             len(summary["class_names"]), {k: v["total"] for k, v in summary["splits"].items()})
     return summary

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.config.knobs import Config
-from tfdist.data.prepared import DataSpec, Split, load_spec, load_split, scaled
+from tfdist.data.prepared import DataSpec, PreparedSplit, Split, load_spec, load_split, scaled
 from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import EvalReport, TrainReport, from_dict, read_report
 from tfdist.resume import rerun
@@ -56,13 +56,14 @@ def evaluate(config: Config, names: list[str], *, prepared_dir: Path, models_dir
         models.check_model(models_dir / name)
     experiment.configure(config.mlflow)
     results = []
+    labels = test_labels(test)
     for name in names:
-        metrics, predicted = evaluate_model(models.load_model(models_dir / name), test, data)
+        metrics, predicted = evaluate_model(models.load_model(models_dir / name), test, data, labels=labels)
         report = from_dict(EvalReport, {"name": name, **metrics}, name)
         if run_ids[name]:
             rerun.log_missing_metrics(mlflow_metrics(report), run_id=run_ids[name])
         log.info("%s: test accuracy %.4f, loss %.4f on %d images", name, report.accuracy, report.loss, len(test))
-        results.append(Evaluation(report, test.y, predicted, data.class_names))
+        results.append(Evaluation(report, labels, predicted, data.class_names))
     return results
 
 
@@ -96,10 +97,25 @@ def evaluate_predictions(probabilities: np.ndarray, labels: np.ndarray, class_na
     }
 
 
-def evaluate_model(model: Any, test: Split, data: DataSpec, batch_size: int = 1024) -> tuple[dict[str, Any], np.ndarray]:
-    """Evaluate ``model`` on ``test`` (of ``data``); return the metrics and the predicted labels."""
-    probabilities = model.predict(scaled(test.x), batch_size=batch_size, verbose=0)
-    return evaluate_predictions(probabilities, test.y, data.class_names), probabilities.argmax(axis=1)
+def test_labels(test: PreparedSplit) -> np.ndarray:
+    """The test split's labels, in file order (read without its pixels' decoding)."""
+    return np.fromiter((label for _, label in test.records()), dtype=np.int64, count=len(test))
+
+
+def evaluate_model(model: Any, test: PreparedSplit | Split, data: DataSpec, batch_size: int = 1024, *,
+                   labels: np.ndarray | None = None) -> tuple[dict[str, Any], np.ndarray]:
+    """Evaluate ``model`` on ``test`` (of ``data``), streamed from its files (or held, a :class:`Split`); return the
+    metrics and the predicted labels. ``labels``: the split's, if read already (:func:`test_labels`)."""
+    if isinstance(test, Split):
+        probabilities, labels = model.predict(scaled(test.x), batch_size=batch_size, verbose=0), test.y
+    else:
+        from tfdist.data.input_pipeline import make_ordered
+        from tfdist.tf_imports import tf
+
+        images = make_ordered(test, batch_size).map(lambda x, y: x, num_parallel_calls=tf.data.AUTOTUNE)
+        probabilities = model.predict(images, verbose=0)
+        labels = test_labels(test) if labels is None else labels
+    return evaluate_predictions(probabilities, labels, data.class_names), probabilities.argmax(axis=1)
 
 
 def _ratio(numerator: int, denominator: int) -> float:

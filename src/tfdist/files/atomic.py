@@ -60,6 +60,10 @@ class Outputs:
         self._staged.append((target, tmp, tmp / target.name, size))
         return tmp / target.name
 
+    def expect(self, staged: Path, size: int) -> None:
+        """Say how many bytes ``staged`` (a path :meth:`stage` gave) will take, once known: a full disk's error names it."""
+        self._staged = [(t, tmp, s, size if s == staged else n) for t, tmp, s, n in self._staged]
+
     def commit(self) -> None:
         """Rename every staged output onto its target (a folder replaces a folder)."""
         for target, _, staged, _ in self._staged:

@@ -23,6 +23,7 @@ from typing import Any
 
 import mlflow
 import mlflow.data
+import numpy as np
 from mlflow.exceptions import MlflowException
 
 from tfdist.config.knobs import Config
@@ -84,14 +85,19 @@ def execution_id(config: Config) -> str:
     return f"{commit[:8] if commit else 'uncommitted'}-{hashlib.sha256(params.encode()).hexdigest()[:8]}"
 
 
-def log_dataset(features: Any, targets: Any, *, name: str, sha256: str, source: str, context: str) -> None:
-    """Log data as a dataset input of the active run, under the digest its report gives."""
+def log_dataset(*, name: str, sha256: str, source: str, context: str, features: int, records: int) -> None:
+    """Log prepared data as a dataset input of the active run, under the digest its report gives: its name, source
+    folder and schema (``features`` uint8 pixels a row, an int64 label), and ``records`` in a tag, never its rows."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.types import Schema, TensorSpec
+
+    schema = Schema([TensorSpec(np.dtype(np.uint8), (-1, features), "image"), TensorSpec(np.dtype(np.int64), (-1,), "label")])
     with warnings.catch_warnings():  # MLflow registers the local source class twice, then warns that it is ambiguous
         warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
-        dataset = mlflow.data.from_numpy(
-            features, targets=targets, source=source, name=name, digest=sha256[:_DATASET_DIGEST_CHARS]
-        )
-    mlflow.log_input(dataset, context=context, tags={"sha256": sha256})
+        where = resolve_dataset_source(source)
+    dataset = MetaDataset(where, name=name, digest=sha256[:_DATASET_DIGEST_CHARS], schema=schema)
+    mlflow.log_input(dataset, context=context, tags={"sha256": sha256, "records": str(records)})
 
 
 #: Tags the parent run of a pipeline execution by; its stage runs are its children.

@@ -21,7 +21,7 @@ from typing import Any
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.config.knobs import MIXED_PRECISIONS
 from tfdist.config.params import to_flat_dict
-from tfdist.data.prepared import load_split, scaled, splits_digest
+from tfdist.data.prepared import prepared_digest, scaled
 from tfdist.files import atomic
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.records.history import write_history
@@ -85,7 +85,7 @@ class Recording:
         digest = weights_digest(model)
         log.info("%s: final weights sha256 %s", recorder.task.name if recorder.task else recorder.name, digest)
         saved = models.save_model(model, self.outputs.stage(recorder.paths.model),
-                                  example=scaled(recorder.train_split.x[:5]))
+                                  example=scaled(recorder.train_split.read(5).x))
         return saved, digest
 
     def log_model(self, saved: SavedModel) -> None:
@@ -215,10 +215,9 @@ class ChiefRun:
 
     def log_dataset(self) -> None:
         """The prepared data as the run's input, under the sha256 reports/data.json gives (test split included)."""
-        test = load_split(self.paths.prepared, "test", self.data)
-        sha256 = splits_digest({"train": self.train_split, "val": self.val_split, "test": test})
-        runs.log_dataset(self.train_split.x, self.train_split.y, name=self.data.name, sha256=sha256,
-                             source=str(self.paths.prepared.resolve()), context="training")
+        runs.log_dataset(name=self.data.name, sha256=prepared_digest(self.paths.prepared),
+                         source=str(self.paths.prepared.resolve()), context="training", features=self.data.features,
+                         records=len(self.train_split))
 
     @property
     def training_root(self) -> int | None:

@@ -7,6 +7,7 @@ one, and tests run without it.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -15,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from tfdist.config.knobs import Config, TrainConfig
-from tfdist.data.prepared import DataSpec, Split, scaled
+from tfdist.data.input_pipeline import make_dataset, make_dataset_fn, make_ordered
+from tfdist.data.prepared import DataSpec, PreparedSplit, scaled
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
@@ -29,7 +31,6 @@ from tfdist.tf_private import inputs_kept_alive, one_device_input_options, traci
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.checks import applied_compression
-from tfdist.train.input_pipeline import make_dataset, make_dataset_fn
 from tfdist.train.models import build_model, compile_model, trained_weights
 
 
@@ -97,7 +98,7 @@ def effective_learning_rate(config: TrainConfig, global_batch_size: int) -> floa
 
 def train_model(
     config: Config, spec: StrategySpec, strategy: tf.distribute.Strategy, info: StrategyInfo, *,
-    data: DataSpec, train: Split, val: Split,
+    data: DataSpec, train: PreparedSplit, val: PreparedSplit,
     callbacks: list[keras.callbacks.Callback] | tuple = (),
     backup: RunBackup | None = None,
     record_backup: bool = True,
@@ -141,6 +142,10 @@ def train_model(
             verbose=2,
         )
     except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
+        if isinstance(err, tf.errors.DataLossError):  # a prepared file's record failed its CRC as it was read
+            what = re.sub(r"\{\{.*?\}\}\s*", "", err.message.splitlines()[0])  # TensorFlow's function names
+            raise InputError(f"the prepared data in {train.folder} is damaged (TensorFlow: {what}); rerun the "
+                             "preprocess stage (dvc repro preprocess)") from None
         if backup is None or not disk.is_disk_full(err):
             raise
         raise disk.disk_full_in(backup.folder.parent.parent, "while backing up an epoch",
@@ -172,6 +177,7 @@ class FitPlan:
         pipelined: the model runs GPipe's step over the micro-batches (pipeline parallelism).
         workers: worker processes stepping together; more than one read a shard each.
         compression: the dtype its gradients cross the wire in (:func:`tfdist.train.checks.applied_compression`).
+        input_pipelines: worker processes reading training input, each its own files (synchronous or not).
     """
 
     global_batch: int
@@ -187,6 +193,7 @@ class FitPlan:
     pipelined: bool = False
     workers: int = 1
     compression: str = "none"
+    input_pipelines: int = 1
 
     @classmethod
     def of(cls, config: Config, spec: StrategySpec, info: StrategyInfo, train_size: int, val_size: int) -> FitPlan:
@@ -210,28 +217,30 @@ class FitPlan:
                    round(config.train.warmup_epochs * steps), asynchronous, val_batch, val_steps, shards,
                    stage_devices=tuple(info.devices) if spec.splits_layers else (),
                    micro_batches=spec.micro_batches(config.distributed.micro_batches), pipelined=spec.pipelined,
-                   workers=info.workers if info.synchronous else 1, compression=applied_compression(spec, config))
+                   workers=info.workers if info.synchronous else 1, compression=applied_compression(spec, config),
+                   input_pipelines=info.workers if spec.multi_process else 1)
 
     def schedule(self) -> float | LinearWarmup:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
 
-    def inputs(self, train: Split, val: Split, seed: int, strategy: tf.distribute.Strategy, *,
+    def inputs(self, train: PreparedSplit, val: PreparedSplit, seed: int, strategy: tf.distribute.Strategy, *,
                kept_alive: bool, done_epochs: int = 0) -> tuple[Any, Any]:
         """The training and validation inputs; ``kept_alive`` where destroying their iterators would stall the stage.
 
         ``done_epochs``: epochs a resumed run restored; its input starts at the
-        batch the uninterrupted run would read next.
+        batches the uninterrupted run would read next.
         """
-        train_input, val_input = self.train_input(train, seed, strategy, done_epochs * self.steps), self.val_input(val)
+        train_input, val_input = self.train_input(train, seed, strategy, done_epochs), self.val_input(val)
         if kept_alive:
             train_input = inputs_kept_alive(strategy, train_input, coordinated=self.asynchronous)
             if self.val_steps:  # an endless validation input (val_input)
                 val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
         return train_input, val_input
 
-    def train_input(self, train: Split, seed: int, strategy: tf.distribute.Strategy, skip: int = 0) -> Any:
-        """An endless dataset, ``steps`` batches an epoch: on several synchronous workers a shard each
-        (distributed by ``strategy``), under ParameterServer a per-worker dataset creator.
+    def train_input(self, train: PreparedSplit, seed: int, strategy: tf.distribute.Strategy, start_epoch: int = 0
+                    ) -> Any:
+        """An endless dataset, ``steps`` batches an epoch: on several synchronous workers each reading its own
+        files (distributed by ``strategy``), under ParameterServer a per-worker dataset creator.
 
         Endless, because a finite input costs every epoch a new iterator: over
         several replicas a multi-device one, whose per-device functions TensorFlow
@@ -239,22 +248,24 @@ class FitPlan:
         across synchronous workers a collective every step besides, as each
         worker must learn whether every other still has a batch (tf.distribute's
         ``get_next_as_optional``). Cut into epochs by the step count, an endless
-        input is iterated once and has no end to agree on. Each pass is still
-        reshuffled (seeded) and batched with the remainder dropped, so an epoch
-        is one pass over the images; the order differs from a new iterator's.
-        ``skip`` batches are passed over first (a resumed run's epochs done), except under
-        ParameterServer, whose order is each worker's own and not reproducible anyway.
+        input is iterated once and has no end to agree on. Each epoch's order is
+        its own, seeded by its number (:mod:`tfdist.data.input_pipeline`), so
+        a resumed run starts at ``start_epoch`` and reads what the uninterrupted
+        run would have; under ParameterServer, whose interleaving of workers is
+        not reproducible anyway, each worker reads its files pass after pass.
         """
         if self.asynchronous:
             return keras.utils.experimental.DatasetCreator(
-                make_dataset_fn(train, self.global_batch, seed=seed, own_order=True),
+                make_dataset_fn(train, self.global_batch, seed=seed, steps=None, pipelines=self.input_pipelines,
+                                by_worker_index=True, start_epoch=start_epoch),
                 input_options=one_device_input_options(strategy))
-        if self.workers > 1:  # each worker reads only its shard
+        if self.workers > 1:  # each worker reads only its files
             return strategy.distribute_datasets_from_function(
-                make_dataset_fn(train, self.global_batch, seed=seed, skip=skip), one_device_input_options(strategy))
-        return make_dataset(train, self.global_batch, shuffle=True, seed=seed, endless=True, skip=skip)
+                make_dataset_fn(train, self.global_batch, seed=seed, steps=self.steps, pipelines=self.workers,
+                                start_epoch=start_epoch), one_device_input_options(strategy))
+        return make_dataset(train, self.global_batch, seed=seed, start_epoch=start_epoch, steps=self.steps)
 
-    def val_input(self, val: Split) -> Any:
+    def val_input(self, val: PreparedSplit) -> Any:
         """The validation batches: one pass of them every ``val_steps``, repeated without end; None without images.
 
         Endless for the same reason as the training input: a finite one costs
@@ -267,7 +278,7 @@ class FitPlan:
         """
         if not len(val):
             return None
-        return make_dataset(val, self.val_batch, shuffle=False, seed=0, endless=self.val_steps is not None)
+        return make_ordered(val, self.val_batch, endless=self.val_steps is not None)
 
     def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
                startup_seconds: float | None) -> TrainResult:
@@ -300,18 +311,18 @@ def build_compiled(config: Config, data: DataSpec, strategy: tf.distribute.Strat
 STEPS_ALONE = 10
 
 
-def step_alone(config: Config, data: DataSpec, train: Split) -> Callable[[], Any]:
+def step_alone(config: Config, data: DataSpec, train: PreparedSplit) -> Callable[[], Any]:
     """A call running :data:`STEPS_ALONE` steps of one replica with no strategy: a fresh model of ``config``,
     compiled as ``fit`` compiles it, on one per-replica batch of ``train`` held in memory.
 
     What a synchronous worker's step costs without its all-reduce and its distributed input, in the same
     process and on the same threads: the compute part of the step (:func:`tfdist.train.collectives.calibrate`).
     """
-    batch = train.x[:config.train.batch_size]
+    batch = train.read(config.train.batch_size)
     with precision.policy(config.train.precision):
         model = build_model(config.model, data, config.train.loop)
         compile_model(model, replace(config.train, steps_per_execution=STEPS_ALONE), config.train.learning_rate)
-    iterator = iter(tf.data.Dataset.from_tensors((scaled(batch), train.y[:len(batch)])).repeat())
+    iterator = iter(tf.data.Dataset.from_tensors((scaled(batch.x), batch.y)).repeat())
     function = model.make_train_function()
     return lambda: function(iterator)
 

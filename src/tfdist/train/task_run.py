@@ -27,7 +27,7 @@ from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.cluster.peer_loss import peers_watched
 from tfdist.cluster.rendezvous import wait_for_peers
 from tfdist.config.knobs import Config
-from tfdist.data.prepared import SPEC_FILE, DataSpec, Split, load_spec, load_split
+from tfdist.data.prepared import SPEC_FILE, DataSpec, PreparedSplit, load_spec, load_split
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
@@ -53,8 +53,8 @@ class TaskRun:
     info: StrategyInfo
     #: Set by :meth:`load`.
     data: DataSpec
-    train_split: Split
-    val_split: Split
+    train_split: PreparedSplit
+    val_split: PreparedSplit
     backup: RunBackup
 
     def __init__(self, config: Config, spec: StrategySpec, name: str, paths: RunPaths, task: ClusterTask | None = None):
@@ -95,8 +95,8 @@ class TaskRun:
 
     @property
     def data_files(self) -> list[Path]:
-        """The prepared files training reads (their bytes are in the backup's key)."""
-        return [self.paths.prepared / "train.npz", self.paths.prepared / "val.npz", self.paths.prepared / SPEC_FILE]
+        """The prepared data's ``spec.json``, whose bytes are in the backup's key: it gives every shard's SHA-256."""
+        return [self.paths.prepared / SPEC_FILE]
 
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True,
             moments: Moments | None = None) -> TrainResult:

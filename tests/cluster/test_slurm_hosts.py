@@ -81,10 +81,10 @@ def test_parameter_server_across_nodes_ends_with_its_chief_and_leaves_no_task(tm
 
 def test_a_failing_chief_ends_the_step_with_its_exit_code(tmp_path, prepared_copy, cluster):
     tiny_params(tmp_path, distributed={"ps": 1})
-    (tmp_path / "data" / "prepared" / "train.npz").write_bytes(b"not a numpy archive")
+    (tmp_path / "data" / "prepared" / "train-00003-of-00016.tfrecord").write_bytes(b"not a shard")
     result = parameter_server_step(cluster, tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "train.npz" in result.stderr
+    assert "train-00003-of-00016.tfrecord has 11 bytes" in result.stderr
     assert not running_stage_tasks(tmp_path)
 
 

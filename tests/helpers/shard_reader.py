@@ -1,9 +1,9 @@
 """One multi_worker_mirrored worker that reads an epoch of fit's training input and writes which digits it got.
 
 Run as ``python tests/helpers/shard_reader.py OUT.json`` with TF_CONFIG set, one
-process per worker: the images are numbered (image i's first two pixels are i's two bytes),
-the images are written as prepared shards (12, so each worker gets 4), the input is the one ``fit`` builds (:meth:`tfdist.train.fit.FitPlan.train_input`),
-and the worker records the numbers in its own replicas' batches over an epoch's
+process per worker: the images are numbered (image i's first two pixels are i's two bytes)
+and written as prepared shards (12: each worker 4), the input is the one ``fit`` builds
+(:meth:`tfdist.train.fit.FitPlan.train_input`), and the worker records the numbers in its own replicas' batches over an epoch's
 steps, and how many digits its input pipeline batched (a counting step put
 before every ``batch``), so a test can count each worker's share and its
 input work.

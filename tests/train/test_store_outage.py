@@ -19,7 +19,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from tfdist.data.prepared import scaled
+from tfdist.data.prepared import load_spec, load_split, scaled
 
 from helpers.project import local_mode_environment, tiny_params, train_stage_command
 from helpers.s3 import SECRET_KEY, s3_store
@@ -168,9 +168,9 @@ def test_the_object_store_behind_the_server_down_while_the_model_is_logged(tmp_p
             (run,) = client.search_runs([client.get_experiment_by_name("tests").experiment_id], "tags.stage = 'train'")
             with tracking_uri(url):  # a logged model is fetched through the process-wide tracking URI
                 model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")  # downloaded through the server
-            digits = np.load(prepared_copy / "test.npz")
-            predicted = np.asarray(model.predict(scaled(digits["x"][:50]))).argmax(axis=1)
-            assert (predicted == digits["y"][:50]).mean() > 0.5
+            digits = load_split(prepared_copy, "test", load_spec(prepared_copy)).read(50)
+            predicted = np.asarray(model.predict(scaled(digits.x))).argmax(axis=1)
+            assert (predicted == digits.y).mean() > 0.5
         assert any(key.startswith("mlflow/") and key.endswith("MLmodel") for key in s3.keys("mlflow/")), \
             "the model's files are in the bucket"
         assert time.monotonic() - started > 5

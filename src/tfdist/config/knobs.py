@@ -72,6 +72,19 @@ def _knob(default: Any, decides: tuple[str, ...], role: str = "result", **rules:
 
 
 @dataclass(frozen=True)
+class TFRecordConfig:
+    """The features of a TFRecord source's ``tf.train.Example`` records (:mod:`tfdist.data.tfrecord_source`).
+
+    Attributes:
+        image_key: the bytes feature holding the encoded PNG or JPEG image.
+        label_key: the int64 feature holding its class, 0..K-1.
+    """
+
+    image_key: str = _knob("image", decides=_PREPROCESS)
+    label_key: str = _knob("label", decides=_PREPROCESS)
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Where the images come from and how they are split.
 
@@ -88,6 +101,7 @@ class DataConfig:
         validation_split: fraction of the training images held out for validation.
         test_split: fraction held out for testing when the source has no test set.
         download_timeout: seconds before a download of full MNIST gives up.
+        tfrecord: a TFRecord source's feature names.
     """
 
     source: str = _knob("auto", decides=_PREPROCESS)
@@ -95,6 +109,7 @@ class DataConfig:
     validation_split: float = _knob(0.1, decides=_PREPROCESS, ge=0.0, lt=1.0)
     test_split: float = _knob(0.2, decides=_PREPROCESS, gt=0.0, lt=1.0)
     download_timeout: float = _knob(10.0, decides=(), role="operational", gt=0.0)
+    tfrecord: TFRecordConfig = field(default_factory=TFRecordConfig)
 
     def __post_init__(self) -> None:
         if len(self.image_size) not in (0, 2):

@@ -24,6 +24,7 @@ import os
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -76,7 +77,7 @@ class FolderImages:
             images = [_decode(job) for job in jobs]
         for path, pixels in zip(paths, images, strict=True):
             if pixels.shape != self._first[1]:
-                raise InputError(_mismatch(self._first, path, pixels.shape))
+                raise InputError(mismatch(self._first, path, pixels.shape))
         return np.stack(images) if images else np.empty((0, 0, 0, 0), dtype=np.uint8)
 
     def close(self) -> None:
@@ -149,8 +150,14 @@ def _read(path: Path, image_size: tuple[int, int] | None, shown: Path) -> np.nda
     if not stat.S_ISREG(kind):
         raise InputError(f"data.source: {shown} is not a regular file (a pipe, socket or device); a class folder "
                          "holds only images")
+    return decode_image(path, image_size, shown)
+
+
+def decode_image(encoded: Path | BinaryIO, image_size: tuple[int, int] | None, shown: str | Path) -> np.ndarray:
+    """A PNG or JPEG image (a file, or its bytes) as uint8 ``(height, width, channels)``, its declared size held to
+    :data:`MAX_PIXELS` before a pixel is decoded; ``shown`` names it in the error."""
     try:
-        with Image.open(path) as image:
+        with Image.open(encoded) as image:
             if image.width * image.height > MAX_PIXELS:
                 raise InputError(f"data.source: {shown} declares {image.width}x{image.height} pixels, more than "
                                  f"{MAX_PIXELS:,}; scale it down (data.image_size resizes only what can be read)")
@@ -171,7 +178,8 @@ def _read(path: Path, image_size: tuple[int, int] | None, shown: Path) -> np.nda
     return pixels.reshape(*pixels.shape[:2], channels)
 
 
-def _mismatch(first: tuple[Path, tuple[int, ...]], path: Path, shape: tuple[int, ...]) -> str:
+def mismatch(first: tuple[Path | str, tuple[int, ...]], path: Path | str, shape: tuple[int, ...]) -> str:
+    """The error for two images whose channels or sizes differ, naming both."""
     (first_path, first_shape) = first
     if first_shape[2] != shape[2]:
         return (f"data.source: {first_path} has {first_shape[2]} channel(s) and {path} {shape[2]}; "

@@ -21,6 +21,7 @@ import math
 import os
 import shutil
 import struct
+import tempfile
 import urllib.request
 import zipfile
 import zlib
@@ -95,7 +96,8 @@ class Download:
 
 
 def load_source(source: str, timeout: float, cache_dir: Path | None = None, download: Download = Download(),
-                image_size: tuple[int, int] | None = None, scratch: Path | None = None) -> RawImages:
+                image_size: tuple[int, int] | None = None, scratch: Path | None = None,
+                tfrecord_keys: tuple[str, str] = ("image", "label")) -> RawImages:
     """Load images from ``auto``, ``keras``, ``sample`` or a path (``image_size``: a folder's images resized to it;
     ``scratch``: a folder for arrays inflated from compressed files, None: into memory).
 
@@ -117,7 +119,7 @@ def load_source(source: str, timeout: float, cache_dir: Path | None = None, down
         except DownloadError as err:
             log.warning("%s; using the 5,000-digit offline sample instead", err)
             return load_sample()
-    return load_path(Path(source), image_size=image_size, scratch=scratch)
+    return load_path(Path(source), image_size=image_size, scratch=scratch, tfrecord_keys=tfrecord_keys)
 
 
 def check_exists(path: Path) -> None:
@@ -179,21 +181,34 @@ def load_sample() -> RawImages:
 
 
 def load_path(path: Path, name: str | None = None, image_size: tuple[int, int] | None = None,
-              scratch: Path | None = None) -> RawImages:
-    """An ``.npz`` file, a folder of IDX files, or a folder of images with a subfolder per class.
+              scratch: Path | None = None, tfrecord_keys: tuple[str, str] = ("image", "label")) -> RawImages:
+    """An ``.npz`` file, a folder of IDX files, TFRecord files (:mod:`tfdist.data.tfrecord_source`), or a folder of
+    images with a subfolder per class.
 
     Raises:
         InputError: the path does not exist or cannot be read (named), or is none of those.
     """
     check_exists(path)
+    from tfdist.data import tfrecord_source
+
+    if not (path.is_dir() and any(_idx_file(path, stem) for stem in IDX_FILES.values())) and \
+            tfrecord_source.is_tfrecord_source(path):
+        train, test = tfrecord_source.tfrecord_files(path)
+        folder = scratch or Path(tempfile.mkdtemp(prefix="tfdist-tfrecords-"))
+        name = name or (path.name if path.is_dir() else tfrecord_source.NAME.sub("", path.name))
+        images, labels = tfrecord_source.read_tfrecords(train, tfrecord_keys, image_size, folder, name)
+        if not test:
+            return RawImages(name, images, labels)
+        return RawImages(name, images, labels, *tfrecord_source.read_tfrecords(test, tfrecord_keys, image_size, folder,
+                                                                              f"{name} (its test split)"))
     if path.is_dir():
         if any(_idx_file(path, stem) for stem in IDX_FILES.values()):
             x_train, y_train, x_test, y_test = (read_idx(_find_idx(path, stem), scratch) for stem in IDX_FILES.values())
             return RawImages(name or path.name, x_train, y_train, x_test, y_test)
         from tfdist.data.image_folder import image_folder  # PIL only for this source
 
-        images = image_folder(path, image_size)
-        return RawImages(name or path.name, images, images.labels, class_names=images.class_names)
+        folder_images = image_folder(path, image_size)
+        return RawImages(name or path.name, folder_images, folder_images.labels, class_names=folder_images.class_names)
     return _load_npz(path, name or path.stem, scratch)
 
 

@@ -19,7 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from tfdist.config.knobs import Config, DataConfig
-from tfdist.data.images import CHUNK, Images, as_images
+from tfdist.data.images import Images, as_images, chunk_size
 from tfdist.data.prepared import SPLITS, DataSpec, PreparedSplit, SplitWriter, write_spec
 from tfdist.data.sources import RawImages, check_exists, load_source
 from tfdist.errors import InputError
@@ -42,7 +42,8 @@ def prepare(config: DataConfig, seed: int, folder: Path, cache_dir: Path | None 
     scratch = folder.parent / f".{folder.name}.scratch"
     scratch.mkdir()
     try:
-        raw = load_source(config.source, config.download_timeout, cache_dir, image_size=size, scratch=scratch)
+        raw = load_source(config.source, config.download_timeout, cache_dir, image_size=size, scratch=scratch,
+                          tfrecord_keys=(config.tfrecord.image_key, config.tfrecord.label_key))
         try:
             return write_prepared(raw, config, seed, folder, expect)
         finally:
@@ -92,8 +93,9 @@ def _write_split(name: str, images: Images, indices: np.ndarray, raw: RawImages,
     labels = raw.y_train if images is raw.x_train else raw.y_test
     assert labels is not None
     writer = SplitWriter(name, folder, spec, len(indices))
-    for start in range(0, len(indices), CHUNK):
-        chunk = indices[start:start + CHUNK]
+    step = chunk_size(spec.features)
+    for start in range(0, len(indices), step):
+        chunk = indices[start:start + step]
         pixels = images.take(chunk)
         if pixels.shape[1:] != spec.shape:
             which = "its test split holds" if images is raw.x_test else "it holds"

@@ -27,11 +27,11 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from tfdist.data.images import ArrayImages, Images, checked_labels
+from tfdist.data.images import ArrayImages, FileRows, Images, checked_labels
 from tfdist.errors import InputError, RunError
 from tfdist.files import atomic
 
@@ -62,9 +62,9 @@ class RawImages:
     """
 
     source: str
-    x_train: Images | np.ndarray
+    x_train: Images | np.ndarray | FileRows
     y_train: np.ndarray
-    x_test: Images | np.ndarray | None = None
+    x_test: Images | np.ndarray | FileRows | None = None
     y_test: np.ndarray | None = None
     class_names: tuple[str, ...] | None = None
 
@@ -73,7 +73,7 @@ class RawImages:
             images = getattr(self, x)
             if images is None:
                 continue
-            if isinstance(images, np.ndarray):
+            if isinstance(images, np.ndarray | FileRows):
                 labels = checked_labels(getattr(self, y), len(images), name)
                 images = ArrayImages(images, name)
             else:
@@ -204,7 +204,7 @@ def load_path(path: Path, name: str | None = None, image_size: tuple[int, int] |
     if path.is_dir():
         if any(_idx_file(path, stem) for stem in IDX_FILES.values()):
             x_train, y_train, x_test, y_test = (read_idx(_find_idx(path, stem), scratch) for stem in IDX_FILES.values())
-            return RawImages(name or path.name, x_train, y_train, x_test, y_test)
+            return RawImages(name or path.name, x_train, cast(np.ndarray, y_train), x_test, cast(np.ndarray, y_test))
         from tfdist.data.image_folder import image_folder  # PIL only for this source
 
         folder_images = image_folder(path, image_size)
@@ -223,7 +223,7 @@ def _load_npz(path: Path, name: str, scratch: Path | None) -> RawImages:
             for key in files:
                 check_declared_size(path, _npy_bytes(npz, key), f"array {key}'s header declares it", scratch)
 
-            def array(key: str) -> np.ndarray:
+            def array(key: str) -> Any:
                 return npz[key] if scratch is None or key.startswith("y") else _mapped_member(path, npz, key, scratch)
 
             if set(IDX_FILES) <= files:  # Keras's mnist.npz layout
@@ -244,9 +244,9 @@ def _load_npz(path: Path, name: str, scratch: Path | None) -> RawImages:
         raise InputError(f"data.source: {path} is not a readable .npz file ({err})") from None
 
 
-def _mapped_member(path: Path, npz: Any, key: str, scratch: Path) -> np.ndarray:
-    """Array ``key`` of an .npz, memory-mapped: from the file where it is stored uncompressed, else inflated
-    into ``scratch`` (a block at a time) and mapped from there."""
+def _mapped_member(path: Path, npz: Any, key: str, scratch: Path) -> np.ndarray | FileRows:
+    """Array ``key`` of an .npz, read by rows as taken (:class:`FileRows`): from the file where it is stored
+    uncompressed, else inflated into ``scratch`` (a block at a time) and read from there."""
     member = npz.zip.getinfo(f"{key}.npy")
     if member.compress_type == zipfile.ZIP_STORED:
         with open(path, "rb") as handle:
@@ -258,13 +258,17 @@ def _mapped_member(path: Path, npz: Any, key: str, scratch: Path) -> np.ndarray:
             version = np.lib.format.read_magic(handle)
             shape, fortran, dtype = _npy_header(handle, version)
             offset = handle.tell()
-        if dtype.hasobject or fortran:
-            return npz[key]
-        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
-    target = scratch / f"{path.stem}-{key}.npy"
-    with npz.zip.open(member) as source, open(target, "wb") as out:
-        shutil.copyfileobj(source, out, 1 << 20)
-    return np.load(target, mmap_mode="r", allow_pickle=False)
+    else:
+        target = scratch / f"{path.stem}-{key}.npy"
+        with npz.zip.open(member) as source, open(target, "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+        path = target
+        with open(target, "rb") as handle:
+            shape, fortran, dtype = _npy_header(handle, np.lib.format.read_magic(handle))
+            offset = handle.tell()
+    if dtype.hasobject or fortran or len(shape) < 3:
+        return npz[key]  # not images: refused by their check, which names the shape
+    return FileRows(path, offset, shape, dtype)
 
 
 def _npy_header(handle: Any, version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -293,8 +297,9 @@ def _find_idx(folder: Path, stem: str) -> Path:
     return found
 
 
-def read_idx(path: Path, scratch: Path | None = None) -> np.ndarray:
-    """Read one IDX file (gzipped or not) of unsigned bytes into an array (with ``scratch``: a memory map of it).
+def read_idx(path: Path, scratch: Path | None = None) -> np.ndarray | FileRows:
+    """Read one IDX file (gzipped or not) of unsigned bytes into an array (with ``scratch``: images read by rows as
+    taken, :class:`FileRows`).
 
     The header is checked before the body is read: its sizes multiplied exactly
     (Python's integers: 2^31 x 2^31 does not wrap), held against the memory (or, with
@@ -328,7 +333,7 @@ def read_idx(path: Path, scratch: Path | None = None) -> np.ndarray:
             check_declared_size(path, declared, f"IDX header promises {shape}",
                                 scratch if mapped and opener is not open else None if not mapped else path.parent)
             if mapped and opener is open:
-                return np.memmap(path, dtype=np.uint8, mode="r", offset=header, shape=shape)
+                return FileRows(path, header, shape, np.dtype(np.uint8))
             if mapped:
                 assert scratch is not None
                 target = scratch / f"{path.name}.inflated"
@@ -339,7 +344,7 @@ def read_idx(path: Path, scratch: Path | None = None) -> np.ndarray:
                         left -= len(block)
                 length = target.stat().st_size
                 if length == declared:
-                    return np.memmap(target, dtype=np.uint8, mode="r", shape=shape)
+                    return FileRows(target, 0, shape, np.dtype(np.uint8))
             else:
                 body = handle.read(declared + 1)
                 length = len(body)

@@ -78,7 +78,7 @@ def write_prepared(raw: RawImages, config: DataConfig, seed: int, folder: Path,
         rest, parts = np.arange(len(y)), {"test": (raw.x_test, np.arange(len(raw.y_test)))}
     keep, held = stratified_split(y[rest], config.validation_split, rng)
     parts = {"train": (raw.x_train, rest[keep]), "val": (raw.x_train, rest[held]), **parts}
-    first = raw.x_train.take(parts["train"][1][:1])
+    first = cast(Images, raw.x_train).take(parts["train"][1][:1])
     spec = DataSpec(raw.source, (first.shape[1], first.shape[2], first.shape[3]), names)
     expect(sum(len(indices) for _, indices in parts.values()) * (spec.record_bytes + 16) + 4096 * len(SPLITS))
     splits = {name: _write_split(name, cast(Images, parts[name][0]), parts[name][1], raw, spec, folder)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tfdist.data.image_folder import decode_image, mismatch
-from tfdist.data.images import ArrayImages
+from tfdist.data.images import ArrayImages, FileRows
 from tfdist.data.tfrecord import decode_example, read_records
 from tfdist.errors import InputError
 
@@ -65,38 +65,33 @@ def read_tfrecords(files: list[Path], keys: tuple[str, str], image_size: tuple[i
             labels.append(decode_example(payload, image_key, label_key, f"data.source: {file}: record {index}")[1])
     if not labels:
         raise InputError(f"data.source: {', '.join(map(str, files))} hold no records")
-    pixels: np.memmap | None = None
     first: tuple[str, tuple[int, ...]] | None = None
-    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
-        for start, jobs in _chunks(files, keys, image_size, RECORDS_A_CHUNK):
-            for offset, image in enumerate(pool.map(_decode, jobs, chunksize=64)):
-                shown = jobs[offset][2]
+    target = scratch / f"{Path(source).name}-{len(labels)}.u8"
+    with ProcessPoolExecutor(os.cpu_count() or 1) as pool, open(target, "wb") as out:
+        for jobs in _chunks(files, keys, image_size, RECORDS_A_CHUNK):
+            for (_, _, shown), image in zip(jobs, pool.map(_decode, jobs, chunksize=64), strict=True):
                 if first is None:
                     first = (shown, image.shape)
-                    target = scratch / f"{Path(source).name}-{len(labels)}.u8"
-                    pixels = np.memmap(target, dtype=np.uint8, mode="w+", shape=(len(labels), *image.shape))
                 elif image.shape != first[1]:
                     raise InputError(mismatch(first, shown, image.shape))
-                assert pixels is not None
-                pixels[start + offset] = image
-    assert pixels is not None
-    pixels.flush()
-    return ArrayImages(pixels, source), np.asarray(labels, dtype=np.int64)
+                out.write(image.tobytes())
+    assert first is not None
+    return ArrayImages(FileRows(target, 0, (len(labels), *first[1]), np.dtype(np.uint8)), source), \
+        np.asarray(labels, dtype=np.int64)
 
 
 def _chunks(files: list[Path], keys: tuple[str, str], image_size: tuple[int, int] | None, size: int):  # noqa: ANN202
-    """``(index of the chunk's first record, [(its encoded image, size, name), ...])``, ``size`` records at a time."""
-    jobs, start, count = [], 0, 0
+    """``[(an encoded image, the size to resize to, its name), ...]``, ``size`` records at a time, in order."""
+    jobs = []
     for file in files:
         for index, payload in enumerate(read_records(file)):
             encoded, _ = decode_example(payload, *keys, f"data.source: {file}: record {index}")
             jobs.append((encoded, image_size, f"{file}: record {index}"))
-            count += 1
             if len(jobs) == size:
-                yield start, jobs
-                jobs, start = [], count
+                yield jobs
+                jobs = []
     if jobs:
-        yield start, jobs
+        yield jobs
 
 
 def _decode(job: tuple[bytes, tuple[int, int] | None, str]) -> np.ndarray:

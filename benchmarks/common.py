@@ -106,7 +106,7 @@ def full_size_mnist(rows: int = 60_000, seed: int = 0) -> Path:
 
     raw = load_sample()
     rng = np.random.default_rng(seed)
-    images = raw.x_train.reshape(-1, 28, 28).astype(np.uint8)
+    images = raw.x_train.take(np.arange(len(raw.x_train))).reshape(-1, 28, 28)
     labels = raw.y_train.astype(np.uint8)
     order = rng.permutation(len(labels))
     test, train = order[:1000], order[1000:]

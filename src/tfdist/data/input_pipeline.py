@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 #: The shuffle buffer's records at most, and its bytes at most: the buffer is what an input holds, whatever the set's
 #: size (the shards were written in a random order, so the buffer mixes files already mixed).
 SHUFFLE_RECORDS, SHUFFLE_BYTES = 10_000, 32 << 20
+#: Records decoded at a time, at most, and their decoded bytes at most: decoding costs a fixed ~60 us a call beside
+#: its bytes' work, which a call on a whole batch of 25 small images pays each step; a call on hundreds of records,
+#: cut into batches after, pays it once for them all (docs/data.md).
+DECODE_RECORDS, DECODE_BYTES = 512, 8 << 20
 #: Bytes each file is read ahead by.
 READ_BUFFER = 1 << 20
 #: Far more epochs than any run trains: the training input's end.
@@ -48,6 +52,20 @@ def decoder(spec: DataSpec) -> Any:
     return decode
 
 
+def _decoded_batches(records: Any, spec: DataSpec, batch: int, *, drop_remainder: bool) -> Any:
+    """``records`` decoded (:func:`decoder`) in chunks of :func:`decode_chunk` records and cut into batches of
+    ``batch``: the batches ``records.batch(batch)`` would give, decoded."""
+    chunks = records.batch(decode_chunk(spec, batch)).map(decoder(spec), num_parallel_calls=tf.data.AUTOTUNE)
+    return chunks.rebatch(batch, drop_remainder=drop_remainder)
+
+
+def decode_chunk(spec: DataSpec, batch: int) -> int:
+    """Records decoded at a time: a multiple of ``batch``, within :data:`DECODE_RECORDS` and :data:`DECODE_BYTES`
+    where a batch is smaller."""
+    fits = min(DECODE_RECORDS, DECODE_BYTES // (4 * spec.features))
+    return batch * max(1, fits // batch)
+
+
 def _epochs(split: PreparedSplit, batch: int, *, seed: Any, start_epoch: int, steps: int | None,
             shard: tuple[int, Any] | None = None) -> Any:
     """Batches of ``split``'s records, epoch after epoch from ``start_epoch``, ``steps`` batches each (None: one pass
@@ -65,11 +83,10 @@ def _epochs(split: PreparedSplit, batch: int, *, seed: Any, start_epoch: int, st
         records = tf.data.TFRecordDataset(files.shuffle(len(paths), seed=own), buffer_size=READ_BUFFER)
         if shard is not None and by_record:
             records = records.shard(*shard)
-        batches = records.shuffle(buffer, seed=own + 1).batch(batch, drop_remainder=True)
+        batches = _decoded_batches(records.shuffle(buffer, seed=own + 1), split.spec, batch, drop_remainder=True)
         return batches.repeat().take(steps) if steps else batches  # a pipeline short of steps reads its files again
 
-    epochs = tf.data.Dataset.range(start_epoch, ENDLESS).flat_map(epoch)
-    return epochs.map(decoder(split.spec), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return tf.data.Dataset.range(start_epoch, ENDLESS).flat_map(epoch).prefetch(tf.data.AUTOTUNE)
 
 
 def make_dataset(split: PreparedSplit, batch: int, *, seed: int, start_epoch: int = 0, steps: int) -> Any:
@@ -88,8 +105,8 @@ def make_ordered(split: PreparedSplit, batch: int, *, endless: bool = False) -> 
     the files, which need not divide among the workers; ``endless`` repeats the
     passes, for a validation that counts its steps.
     """
-    dataset = tf.data.TFRecordDataset([str(path) for path in split.paths], buffer_size=READ_BUFFER).batch(batch)
-    dataset = dataset.map(decoder(split.spec), num_parallel_calls=tf.data.AUTOTUNE)
+    records = tf.data.TFRecordDataset([str(path) for path in split.paths], buffer_size=READ_BUFFER)
+    dataset = _decoded_batches(records, split.spec, batch, drop_remainder=False)
     dataset = (dataset.repeat() if endless else dataset).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

@@ -15,18 +15,16 @@ import itertools
 import os
 from pathlib import Path
 
-CPU_CONTROLLER = Path("/sys/fs/cgroup/cpu")
+from helpers import cgroup
+
+CPU_CONTROLLER = cgroup.ROOT / "cpu"
 PERIOD_US = 10_000
 _names = itertools.count()
 
 
 def available() -> str:
-    """Why CPU shares cannot be given here, or '' when they can."""
-    if os.geteuid() != 0:
-        return "cgroup CPU quotas need root"
-    if not (CPU_CONTROLLER / "cpu.cfs_quota_us").is_file():
-        return f"cgroup v1's cpu controller is not mounted at {CPU_CONTROLLER}"
-    return ""
+    """Why CPU shares cannot be set here, or '' when they can."""
+    return cgroup.unavailable("cpu", "cpu.cfs_quota_us")
 
 
 class CpuShare:

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 
-MEMORY_CONTROLLER = Path("/sys/fs/cgroup/memory")
+from helpers import cgroup
+
+MEMORY_CONTROLLER = cgroup.ROOT / "memory"
 _names = itertools.count()
 
 
 def available() -> str:
     """Why memory limits cannot be set here, or '' when they can."""
-    if os.geteuid() != 0:
-        return "cgroup memory limits need root"
-    if not (MEMORY_CONTROLLER / "memory.limit_in_bytes").is_file():
-        return f"cgroup v1's memory controller is not mounted at {MEMORY_CONTROLLER}"
-    return ""
+    return cgroup.unavailable("memory", "memory.limit_in_bytes")
 
 
 class MemoryLimit:

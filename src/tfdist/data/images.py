@@ -11,6 +11,7 @@ chunk by chunk here; an image folder decodes its files as they are taken
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import Protocol
 
@@ -102,6 +103,7 @@ class FileRows:
         self.ndim = len(self.shape)
         self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self._fd = os.open(path, os.O_RDONLY)
+        self.close = weakref.finalize(self, os.close, self._fd)  # closed with the array (or by ``close()``)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -117,9 +119,6 @@ class FileRows:
             flat[i] = np.frombuffer(os.pread(self._fd, self.row_bytes, self.offset + int(index) * self.row_bytes),
                                     dtype=np.uint8)
         return rows
-
-    def close(self) -> None:
-        os.close(self._fd)
 
 
 def checked_labels(y: np.ndarray, count: int, source: str) -> np.ndarray:

@@ -2,9 +2,9 @@
 
 Training reads epoch by epoch: epoch ``e``'s file order and record order are
 shuffled with seeds of its own (``seed`` and ``e``), its records go through a
-bounded shuffle buffer (:func:`shuffle_buffer`), are batched with the remainder
-dropped (one batch shape: the step function traced once), decoded and scaled a
-batch at a time in parallel, and cut at the epoch's steps; epochs follow one
+bounded shuffle buffer (:func:`shuffle_buffer`), are decoded and scaled hundreds
+at a time in parallel and batched with the remainder dropped (one batch shape:
+the step function traced once), and cut at the epoch's steps; epochs follow one
 another without end (``fit`` counts them), prefetched. So a resumed run starts
 at its next epoch's batches without reading the epochs before, and each input
 pipeline (worker) reads only its own files (:func:`make_dataset_fn`).
@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 #: The shuffle buffer's records at most, and its bytes at most: the buffer is what an input holds, whatever the set's
 #: size (the shards were written in a random order, so the buffer mixes files already mixed).
 SHUFFLE_RECORDS, SHUFFLE_BYTES = 10_000, 32 << 20
-#: Records decoded at a time, at most, and their decoded bytes at most: decoding costs a fixed ~60 us a call beside
-#: its bytes' work, which a call on a whole batch of 25 small images pays each step; a call on hundreds of records,
-#: cut into batches after, pays it once for them all (docs/data.md).
+#: Records decoded at a time, at most, and their decoded bytes at most: a decoding call costs a fixed time beside its
+#: bytes' work, which a call a batch of small images pays every step; a call on hundreds of records, cut into
+#: batches after, pays it once for them all (docs/data.md).
 DECODE_RECORDS, DECODE_BYTES = 512, 8 << 20
 #: Bytes each file is read ahead by.
 READ_BUFFER = 1 << 20
@@ -52,11 +52,11 @@ def decoder(spec: DataSpec) -> Any:
     return decode
 
 
-def _decoded_batches(records: Any, spec: DataSpec, batch: int, *, drop_remainder: bool) -> Any:
+def _decoded_batches(records: Any, spec: DataSpec, batch: int) -> Any:
     """``records`` decoded (:func:`decoder`) in chunks of :func:`decode_chunk` records and cut into batches of
-    ``batch``: the batches ``records.batch(batch)`` would give, decoded."""
+    ``batch``: the batches ``records.batch(batch, drop_remainder=True)`` would give, decoded."""
     chunks = records.batch(decode_chunk(spec, batch)).map(decoder(spec), num_parallel_calls=tf.data.AUTOTUNE)
-    return chunks.rebatch(batch, drop_remainder=drop_remainder)
+    return chunks.rebatch(batch, drop_remainder=True)
 
 
 def decode_chunk(spec: DataSpec, batch: int) -> int:
@@ -83,7 +83,7 @@ def _epochs(split: PreparedSplit, batch: int, *, seed: Any, start_epoch: int, st
         records = tf.data.TFRecordDataset(files.shuffle(len(paths), seed=own), buffer_size=READ_BUFFER)
         if shard is not None and by_record:
             records = records.shard(*shard)
-        batches = _decoded_batches(records.shuffle(buffer, seed=own + 1), split.spec, batch, drop_remainder=True)
+        batches = _decoded_batches(records.shuffle(buffer, seed=own + 1), split.spec, batch)
         return batches.repeat().take(steps) if steps else batches  # a pipeline short of steps reads its files again
 
     return tf.data.Dataset.range(start_epoch, ENDLESS).flat_map(epoch).prefetch(tf.data.AUTOTUNE)
@@ -105,8 +105,8 @@ def make_ordered(split: PreparedSplit, batch: int, *, endless: bool = False) -> 
     the files, which need not divide among the workers; ``endless`` repeats the
     passes, for a validation that counts its steps.
     """
-    records = tf.data.TFRecordDataset([str(path) for path in split.paths], buffer_size=READ_BUFFER)
-    dataset = _decoded_batches(records, split.spec, batch, drop_remainder=False)
+    dataset = tf.data.TFRecordDataset([str(path) for path in split.paths], buffer_size=READ_BUFFER).batch(batch)
+    dataset = dataset.map(decoder(split.spec), num_parallel_calls=tf.data.AUTOTUNE)  # (a rebatch defeats sharding)
     dataset = (dataset.repeat() if endless else dataset).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

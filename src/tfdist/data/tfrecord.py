@@ -63,8 +63,9 @@ def read_records(path: Path, handle: BinaryIO | None = None) -> Iterator[bytes]:
             index += 1
 
 
-def _example_classes() -> dict[str, Any]:
-    """``tf.train.Example`` and its parts (tensorflow/core/example/{example,feature}.proto), in a pool of our own."""
+def _example_class() -> Any:
+    """The class of ``tf.train.Example``, declared with the messages it holds (tensorflow/core/example/
+    {example,feature}.proto) in a descriptor pool of our own."""
     proto = descriptor_pb2.FileDescriptorProto(name="tfdist/example.proto", package="tfdist.example", syntax="proto3")
     field = descriptor_pb2.FieldDescriptorProto
     repeated, optional = field.LABEL_REPEATED, field.LABEL_OPTIONAL
@@ -94,11 +95,10 @@ def _example_classes() -> dict[str, Any]:
     message("Example", ("features", 1, field.TYPE_MESSAGE, optional, ".tfdist.example.Features"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tfdist.example.{name}"))
-            for name in ("Example",)}
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tfdist.example.Example"))
 
 
-Example = _example_classes()["Example"]
+Example = _example_class()
 
 
 def encode_example(image: bytes, label: int, image_key: str = "image", label_key: str = "label") -> bytes:

@@ -77,3 +77,18 @@ class Interrupted(BaseException):
     def __init__(self, signum: int, what: str = ""):
         super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {what}" if what else ""))
         self.exit_code = 128 + signum
+
+
+class Preempted(Interrupted):
+    """The process took SIGTERM as a scheduler's notice, backed its training up and stopped (exit 75).
+
+    The run ends KILLED and tagged ``tfdist.preempted``; the same command again
+    goes on from the step backed up. 75 is ``EX_TEMPFAIL`` (sysexits.h): a
+    failure to retry, which Slurm's ``--requeue`` and Kubernetes' restart
+    policy do.
+    """
+
+    def __init__(self, where: str):
+        BaseException.__init__(self, f"preempted (SIGTERM): {where}; run the same command again to go on from there")
+        self.where = where
+        self.exit_code = 75

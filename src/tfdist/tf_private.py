@@ -252,3 +252,52 @@ def onednn_in_use() -> bool:
     and what a run's report records.
     """
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def start_fit_at(model: Any, epoch: int, step: int) -> None:
+    """Make the ``fit`` under way (from its ``on_train_begin``) start at batch ``step`` of epoch ``epoch``.
+
+    ``fit`` asks the model's training state for its first epoch and step after
+    ``on_train_begin``; tf_keras's ``BackupAndRestore`` sets that state to its
+    own, whose step is the epoch's first. This one answers ``(epoch, step)``.
+    """
+
+    previous = getattr(model, "_training_state", None)
+    answer = _StartAt(epoch, step)
+    if previous is None:
+        model._training_state = answer
+    else:  # BackupAndRestore's: still its to back up with and to delete at the end
+        previous.maybe_load_initial_counters_from_ckpt = answer.maybe_load_initial_counters_from_ckpt
+
+
+def end_fit_at(model: Any) -> None:
+    """Forget :func:`start_fit_at`'s answer once its ``fit`` ends (BackupAndRestore removes its own state)."""
+    if isinstance(getattr(model, "_training_state", None), _StartAt):
+        model._training_state = None
+
+
+class _StartAt:
+    def __init__(self, epoch: int, step: int):
+        self.epoch, self.step = epoch, step
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch: int, initial_epoch: int, mode: Any
+                                              ) -> tuple[int, int]:
+        return self.epoch, self.step
+
+
+def build_metrics(model: Any) -> None:
+    """Build ``model``'s compiled loss and metrics containers now, as its first training step would, so that
+    ``model.metrics`` lists them (their variables exist since ``compile``) before any step runs."""
+    prediction, truth = tf.zeros((1, 1)), tf.zeros((1,), tf.int64)
+    if model.compiled_loss is not None and not model.compiled_loss.built:
+        model.compiled_loss.build(prediction)
+    if model.compiled_metrics is not None and not model.compiled_metrics.built:
+        model.compiled_metrics.build(prediction, truth)
+
+
+def write_dirpath(folder: Path, strategy: Any) -> str:
+    """Where this task writes a checkpoint every task of ``strategy`` saves: ``folder`` on the chief, a scratch
+    folder inside it on the others (tf_keras's rule for its own backups)."""
+    from tf_keras.src.distribute import distributed_file_utils
+
+    return str(distributed_file_utils.write_dirpath(str(folder), strategy))

@@ -79,7 +79,7 @@ def test_decoding_in_chunks_gives_the_batches_of_decoding_each(tmp_path, monkeyp
     each = input_pipeline.decoder(spec)
     records = tf.data.TFRecordDataset([str(p) for p in train.paths])
     one_by_one = list(records.batch(7, drop_remainder=True).map(each).as_numpy_iterator())
-    chunked = list(input_pipeline._decoded_batches(records, spec, 7).as_numpy_iterator())
+    chunked = list(input_pipeline._decoded(records.batch(7, drop_remainder=True), spec, 7).as_numpy_iterator())
     assert len(chunked) == len(one_by_one) == len(train) // 7 and len(train) % 7
     for (a, b), (c, d) in zip(one_by_one, chunked, strict=True):
         np.testing.assert_array_equal(a, c)

@@ -185,6 +185,9 @@ class TrainConfig:
         clip: gradient clipping.
         jit_compile: compile the step functions with XLA (see docs/performance.md
             for what it does on this machine).
+        backup_every: steps between the backups within an epoch (0: at each
+            epoch's end only), besides the one a SIGTERM asks for
+            (:mod:`tfdist.resume.within_epoch`); a rerun goes on from the last.
     """
 
     epochs: int = _knob(10, decides=_TRAIN, ge=1)
@@ -198,6 +201,7 @@ class TrainConfig:
     precision: str = _knob("float32", decides=_TRAIN, choices=PRECISIONS)
     clip: ClipConfig = field(default_factory=ClipConfig)
     jit_compile: bool = _knob(False, decides=_TRAIN)
+    backup_every: int = _knob(2000, decides=(), role="operational", ge=0)
 
 
 @dataclass(frozen=True)

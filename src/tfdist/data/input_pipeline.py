@@ -52,11 +52,11 @@ def decoder(spec: DataSpec) -> Any:
     return decode
 
 
-def _decoded_batches(records: Any, spec: DataSpec, batch: int) -> Any:
-    """``records`` decoded (:func:`decoder`) in chunks of :func:`decode_chunk` records and cut into batches of
-    ``batch``: the batches ``records.batch(batch, drop_remainder=True)`` would give, decoded."""
-    chunks = records.batch(decode_chunk(spec, batch)).map(decoder(spec), num_parallel_calls=tf.data.AUTOTUNE)
-    return chunks.rebatch(batch, drop_remainder=True)
+def _decoded(batches: Any, spec: DataSpec, batch: int) -> Any:
+    """Batches of ``batch`` records, decoded (:func:`decoder`) :func:`decode_chunk` records at a time and cut again:
+    the same batches, decoded."""
+    chunks = batches.rebatch(decode_chunk(spec, batch)).map(decoder(spec), num_parallel_calls=tf.data.AUTOTUNE)
+    return chunks.rebatch(batch, drop_remainder=True)  # every chunk a whole number of batches: none dropped
 
 
 def decode_chunk(spec: DataSpec, batch: int) -> int:
@@ -67,10 +67,11 @@ def decode_chunk(spec: DataSpec, batch: int) -> int:
 
 
 def _epochs(split: PreparedSplit, batch: int, *, seed: Any, start_epoch: int, steps: int | None,
-            shard: tuple[int, Any] | None = None) -> Any:
-    """Batches of ``split``'s records, epoch after epoch from ``start_epoch``, ``steps`` batches each (None: one pass
-    of the files each); ``shard`` ``(n, i)``: pipeline i of n, reading files i, i + n, ... (or, with fewer files
-    than n, every n-th record from i on)."""
+            shard: tuple[int, Any] | None = None, start_step: int = 0) -> Any:
+    """Batches of ``split``'s records, epoch after epoch from ``start_epoch``'s batch ``start_step`` on, ``steps``
+    batches each (None: one pass of the files each); ``shard`` ``(n, i)``: pipeline i of n, reading files i, i + n,
+    ... (or, with fewer files than n, every n-th record from i on). The batches skipped are skipped before they are
+    decoded: a run resumed late in a long epoch reads its first part again, and decodes none of it."""
     paths = [str(path) for path in split.paths]
     buffer = shuffle_buffer(split)
     by_record = shard is not None and len(paths) < shard[0]
@@ -83,15 +84,18 @@ def _epochs(split: PreparedSplit, batch: int, *, seed: Any, start_epoch: int, st
         records = tf.data.TFRecordDataset(files.shuffle(len(paths), seed=own), buffer_size=READ_BUFFER)
         if shard is not None and by_record:
             records = records.shard(*shard)
-        batches = _decoded_batches(records.shuffle(buffer, seed=own + 1), split.spec, batch)
+        batches = records.shuffle(buffer, seed=own + 1).batch(batch, drop_remainder=True)
         return batches.repeat().take(steps) if steps else batches  # a pipeline short of steps reads its files again
 
-    return tf.data.Dataset.range(start_epoch, ENDLESS).flat_map(epoch).prefetch(tf.data.AUTOTUNE)
+    batches = tf.data.Dataset.range(start_epoch, ENDLESS).flat_map(epoch).skip(start_step)
+    return _decoded(batches, split.spec, batch).prefetch(tf.data.AUTOTUNE)
 
 
-def make_dataset(split: PreparedSplit, batch: int, *, seed: int, start_epoch: int = 0, steps: int) -> Any:
-    """The training input of one pipeline reading every file: ``steps`` batches of ``batch`` an epoch, endless."""
-    dataset = _epochs(split, batch, seed=seed, start_epoch=start_epoch, steps=steps)
+def make_dataset(split: PreparedSplit, batch: int, *, seed: int, start_epoch: int = 0, start_step: int = 0,
+                 steps: int) -> Any:
+    """The training input of one pipeline reading every file: ``steps`` batches of ``batch`` an epoch, endless,
+    from epoch ``start_epoch``'s batch ``start_step``."""
+    dataset = _epochs(split, batch, seed=seed, start_epoch=start_epoch, start_step=start_step, steps=steps)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
@@ -114,7 +118,7 @@ def make_ordered(split: PreparedSplit, batch: int, *, endless: bool = False) -> 
 
 
 def make_dataset_fn(split: PreparedSplit, global_batch_size: int, *, seed: int, steps: int | None, pipelines: int,
-                    by_worker_index: bool = False, start_epoch: int = 0) -> Any:
+                    by_worker_index: bool = False, start_epoch: int = 0, start_step: int = 0) -> Any:
     """A dataset function: each input pipeline (worker) reads only its own files, endless, batched per replica.
 
     Pipeline i of n reads files i, i + n, ... in an order of its own each epoch
@@ -144,6 +148,6 @@ def make_dataset_fn(split: PreparedSplit, global_batch_size: int, *, seed: int, 
         else:
             shard = (context.num_input_pipelines, context.input_pipeline_id)
         return _epochs(split, context.get_per_replica_batch_size(global_batch_size), seed=seed,
-                       start_epoch=start_epoch, steps=steps, shard=shard)
+                       start_epoch=start_epoch, start_step=start_step, steps=steps, shard=shard)
 
     return dataset_fn

@@ -28,7 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from tfdist.config.knobs import Config
 from tfdist.config.params import dotted_keys, identifying_params, to_flat_dict
-from tfdist.errors import InputError, Interrupted
+from tfdist.errors import InputError, Interrupted, Preempted
 from tfdist.tracking.mlflow_private import finish_system_metrics
 from tfdist.tracking.outage import Patience, unreachable
 
@@ -39,6 +39,8 @@ _DVC_ENV_TAGS = {"DVC_STAGE": "dvc.stage", "DVC_EXP_NAME": "dvc.experiment"}
 _PARAM_VALUE_LIMIT = 6000
 #: Groups the runs of one pipeline execution; filter in the UI with tags.`tfdist.execution` = '<id>'.
 EXECUTION_TAG = "tfdist.execution"
+#: A run stopped by a SIGTERM it backed up for: where (KILLED then, FINISHED once a rerun goes on and ends).
+PREEMPTED_TAG = "tfdist.preempted"
 #: MLflow's own dataset digests are short; the full SHA-256 goes in the input's tags.
 _DATASET_DIGEST_CHARS = 16
 #: Seconds ``git rev-parse`` gets to name the commit before the run goes without it.
@@ -172,13 +174,23 @@ def start_run(
     run_id = run.info.run_id
     try:
         yield run_id
-    except Interrupted:
+    except Interrupted as stop:
+        if isinstance(stop, Preempted):  # KILLED, as every stop before the end; the tag says it backed up first
+            _tag_quietly(run_id, PREEMPTED_TAG, stop.where)
         _end_run(run_id, "KILLED", None)
         raise
     except BaseException:
         _end_run(run_id, "FAILED", None)
         raise
     _end_run(run_id, "FINISHED", patience)
+
+
+def _tag_quietly(run_id: str, key: str, value: str) -> None:
+    """Tag the active run; a store that does not answer only costs the tag (the run still ends)."""
+    try:
+        mlflow.set_tag(key, value)
+    except Exception as err:  # noqa: BLE001 - the stop goes on whatever the store says
+        log.warning("MLflow run %s: could not tag %s (%s)", run_id, key, str(err).splitlines()[0] if str(err) else err)
 
 
 def _end_run(run_id: str, status: str, patience: Patience | None) -> None:

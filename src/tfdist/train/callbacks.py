@@ -23,14 +23,20 @@ class EpochTimer(keras.callbacks.Callback):
     Validation time is left out: it would penalise runs with larger val splits.
     """
 
-    def __init__(self, samples_per_epoch: int):
+    def __init__(self, samples_per_epoch: int, earlier_seconds: float = 0.0):
+        """``earlier_seconds``: the first epoch's training time before this ``fit`` (a run resumed within it)."""
         super().__init__()
         self.samples_per_epoch = samples_per_epoch
         self._start = self._train_end = 0.0
+        self._earlier = earlier_seconds
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._start = time.perf_counter()
-        self._train_end = 0.0
+        self._start = time.perf_counter() - self._earlier
+        self._earlier = self._train_end = 0.0
+
+    def elapsed(self) -> float:
+        """The epoch's training seconds so far."""
+        return time.perf_counter() - self._start
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         if not self._train_end:

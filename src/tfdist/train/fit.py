@@ -6,6 +6,7 @@ one, and tests run without it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -26,6 +27,7 @@ from tfdist.records.history import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
 from tfdist.records.reports import CollectiveCosts
 from tfdist.resume.backup import RunBackup, restored_history
 from tfdist.resume.checkpoints import Moments, epochs_backed_up, resume_callbacks
+from tfdist.resume.within_epoch import Preemption, StepBackup, within_epoch
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
 from tfdist.train import precision
@@ -124,23 +126,32 @@ def train_model(
     plan = FitPlan.of(config, spec, info, len(train), len(val))
     keras.utils.set_random_seed(config.seed)
     model = build_compiled(config, data, strategy, plan)
-    timer, startup = EpochTimer(plan.steps * plan.global_batch), StartupTimer()
     resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup, moments) if backup else ([], 0)
+    done_epochs = epochs_backed_up(backup, spec.backup) if backup else 0
+    # Within an epoch: synchronous training (a ParameterServer coordinator's steps are scheduled, not done).
+    within = within_epoch(backup, done_epochs, plan.steps) if backup and not plan.asynchronous else None
+    timer, startup = EpochTimer(plan.steps * plan.global_batch, within.seconds if within else 0.0), StartupTimer()
+    # SIGTERM backs up first in one process; a cluster's tasks would each back up at a step of their own.
+    preemption = Preemption() if backup and not plan.asynchronous and not spec.multi_process else None
+    if backup and not plan.asynchronous:
+        resume.append(StepBackup(model, backup, config.train.backup_every, record=record_backup, clock=timer.elapsed,
+                                 preemption=preemption, resume=within))
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
                                          kept_alive=spec.multi_process or info.replicas > 1,
-                                         done_epochs=epochs_backed_up(backup, spec.backup) if backup else 0)
+                                         done_epochs=done_epochs, done_steps=within.step if within else 0)
     started = time.perf_counter()
     try:
-        fit = model.fit(
-            train_input,
-            validation_data=val_input,
-            validation_steps=plan.val_steps,
-            epochs=config.train.epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-            callbacks=[startup, timer, DivergenceGuard(), *resume, *callbacks],
-            verbose=2,
-        )
+        with preemption.listening() if preemption else contextlib.nullcontext():
+            fit = model.fit(
+                train_input,
+                validation_data=val_input,
+                validation_steps=plan.val_steps,
+                epochs=config.train.epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
+                callbacks=[startup, timer, DivergenceGuard(), *resume, *callbacks],
+                verbose=2,
+            )
     except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
         if isinstance(err, tf.errors.DataLossError):  # a prepared file's record failed its CRC as it was read
             what = re.sub(r"\{\{.*?\}\}\s*", "", err.message.splitlines()[0])  # TensorFlow's function names
@@ -224,21 +235,22 @@ class FitPlan:
         return LinearWarmup(self.learning_rate, self.warmup_steps) if self.warmup_steps else self.learning_rate
 
     def inputs(self, train: PreparedSplit, val: PreparedSplit, seed: int, strategy: tf.distribute.Strategy, *,
-               kept_alive: bool, done_epochs: int = 0) -> tuple[Any, Any]:
+               kept_alive: bool, done_epochs: int = 0, done_steps: int = 0) -> tuple[Any, Any]:
         """The training and validation inputs; ``kept_alive`` where destroying their iterators would stall the stage.
 
-        ``done_epochs``: epochs a resumed run restored; its input starts at the
-        batches the uninterrupted run would read next.
+        ``done_epochs`` (and ``done_steps`` of the next): what a resumed run
+        restored; its input starts at the batches the uninterrupted run would read next.
         """
-        train_input, val_input = self.train_input(train, seed, strategy, done_epochs), self.val_input(val)
+        train_input = self.train_input(train, seed, strategy, done_epochs, done_steps)
+        val_input = self.val_input(val)
         if kept_alive:
             train_input = inputs_kept_alive(strategy, train_input, coordinated=self.asynchronous)
             if self.val_steps:  # an endless validation input (val_input)
                 val_input = inputs_kept_alive(strategy, val_input, coordinated=False)
         return train_input, val_input
 
-    def train_input(self, train: PreparedSplit, seed: int, strategy: tf.distribute.Strategy, start_epoch: int = 0
-                    ) -> Any:
+    def train_input(self, train: PreparedSplit, seed: int, strategy: tf.distribute.Strategy, start_epoch: int = 0,
+                    start_step: int = 0) -> Any:
         """An endless dataset, ``steps`` batches an epoch: on several synchronous workers each reading its own
         files (distributed by ``strategy``), under ParameterServer a per-worker dataset creator.
 
@@ -251,8 +263,9 @@ class FitPlan:
         input is iterated once and has no end to agree on. Each epoch's order is
         its own, seeded by its number (:mod:`tfdist.data.input_pipeline`), so
         a resumed run starts at ``start_epoch`` and reads what the uninterrupted
-        run would have; under ParameterServer, whose interleaving of workers is
-        not reproducible anyway, each worker reads its files pass after pass.
+        run would have (from batch ``start_step`` of it); under ParameterServer,
+        whose interleaving of workers is not reproducible anyway, each worker
+        reads its files pass after pass.
         """
         if self.asynchronous:
             return keras.utils.experimental.DatasetCreator(
@@ -262,8 +275,9 @@ class FitPlan:
         if self.workers > 1:  # each worker reads only its files
             return strategy.distribute_datasets_from_function(
                 make_dataset_fn(train, self.global_batch, seed=seed, steps=self.steps, pipelines=self.workers,
-                                start_epoch=start_epoch), one_device_input_options(strategy))
-        return make_dataset(train, self.global_batch, seed=seed, start_epoch=start_epoch, steps=self.steps)
+                                start_epoch=start_epoch, start_step=start_step), one_device_input_options(strategy))
+        return make_dataset(train, self.global_batch, seed=seed, start_epoch=start_epoch, start_step=start_step,
+                            steps=self.steps)
 
     def val_input(self, val: PreparedSplit) -> Any:
         """The validation batches: one pass of them every ``val_steps``, repeated without end; None without images.

@@ -1,0 +1,187 @@
+"""Backups within an epoch, and the preemption that asks for one: a long epoch loses at most the interval.
+
+Every ``train.backup_every`` steps (at the first step boundary ``fit`` reaches
+after them: ``steps_per_execution`` steps are one call into the runtime), and at
+the first boundary after a SIGTERM, the run's model and optimizer (the dropout
+masks' step counter is a weight of the model) go into a checkpoint of their own
+(``steps/`` in the run's backup folder), and ``steps.json`` says which: the epoch
+in progress, the steps done in it, the epoch's metric sums so far and its
+training seconds. A rerun resumes there when the epoch-end backup holds the
+epochs before it: the model restored, ``fit`` started at the step, the input at
+the batch after it (:func:`tfdist.data.input_pipeline.make_dataset`), the
+metrics as they were, so the epoch's logged loss and accuracy are the
+uninterrupted run's.
+
+tf_keras ``BackupAndRestore(save_freq=N)`` would not do: it counts calls, not
+steps (with ``steps_per_execution`` its saved step is the call's first, not its
+last), and keeps no metric sums.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfdist.errors import Interrupted, Preempted
+from tfdist.files import atomic
+from tfdist.resume.backup import RunBackup
+from tfdist.tf_imports import keras, tf
+from tfdist.tf_private import build_metrics, end_fit_at, start_fit_at, write_dirpath
+
+log = logging.getLogger("tfdist.resume")
+
+#: Seconds from a SIGTERM to the backup it asks for, at most; past them the stage ends at once, with what the last
+#: backup holds. Kubernetes gives a pod 30 s by default (terminationGracePeriodSeconds), a cloud spot machine about
+#: as much: this leaves the rest for closing the MLflow run and exiting.
+PREEMPTION_BOUND = 20
+_STATE = "steps.json"
+
+
+@dataclass(frozen=True)
+class WithinEpoch:
+    """Where a step backup stands: ``step`` steps of epoch ``epoch`` (0-based) done, the epoch's metric variables'
+    values then (in ``model.metrics`` order), its training seconds so far, and the checkpoint holding the model."""
+
+    epoch: int
+    step: int
+    metrics: list[list[Any]]
+    seconds: float
+    checkpoint: str
+
+
+def step_folder(backup: RunBackup) -> Path:
+    return backup.folder / "steps"
+
+
+def within_epoch(backup: RunBackup, done_epochs: int, steps: int) -> WithinEpoch | None:
+    """The step backup a rerun resumes from: one inside epoch ``done_epochs`` (the first the epoch-end backup has
+    not finished), short of its ``steps``, whose checkpoint is there; None otherwise (an older one is stale)."""
+    try:
+        state = json.loads((step_folder(backup) / _STATE).read_text())
+        found = WithinEpoch(int(state["epoch"]), int(state["step"]), list(state["metrics"]), float(state["seconds"]),
+                            str(state["checkpoint"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("the backup within an epoch in %s is unreadable (%s): resuming from the epoch's start",
+                    step_folder(backup), err)
+        return None
+    if found.epoch != done_epochs or not 0 < found.step < steps:
+        return None
+    try:  # every tensor read: a missing or garbled checkpoint is found here, not by fit mid-restore
+        reader = tf.train.load_checkpoint(str(step_folder(backup) / found.checkpoint))
+        for variable in reader.get_variable_to_shape_map():
+            reader.get_tensor(variable)
+    except Exception as err:  # noqa: BLE001  TensorFlow's reader raises OpError, ValueError or IndexError
+        log.warning("the backup within an epoch in %s is unreadable (%s): resuming from the epoch's start",
+                    step_folder(backup), str(err).strip().splitlines()[0])
+        return None
+    return found
+
+
+class StepBackup(keras.callbacks.Callback):
+    """Backs the run up every ``every`` steps within an epoch (0: never) and when ``preemption`` is requested, then
+    ends the run as preempted; resumes from ``resume`` (:func:`within_epoch`) when given.
+
+    ``record``: this process writes ``steps.json`` (the chief); every process of
+    a synchronous cluster saves the checkpoint at the same step (the others into
+    a scratch folder), as reading the metrics' sums takes them all.
+    ``clock`` gives the epoch's training seconds so far.
+    """
+
+    def __init__(self, model: Any, backup: RunBackup, every: int, *, record: bool, clock: Callable[[], float],
+                 preemption: Preemption | None = None, resume: WithinEpoch | None = None):
+        super().__init__()
+        self.every, self.record, self.clock, self.preemption, self.resume = every, record, clock, preemption, resume
+        self.folder = step_folder(backup)
+        self.checkpoint = tf.train.Checkpoint(model=model)
+        self._epoch, self._last = 0, 0
+        self._restore_metrics = False
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if self.resume is None:
+            return
+        # After the epoch-end backup's own restore (its callback runs first): the step's model wins.
+        self.checkpoint.read(str(self.folder / self.resume.checkpoint)).assert_existing_objects_matched()
+        build_metrics(self.model)  # fit builds them at its first step: too late to hold the epoch's sums
+        start_fit_at(self.model, self.resume.epoch, self.resume.step)
+        self._restore_metrics = True
+        log.info("resuming within epoch %d: its steps 1-%d are done, continuing at step %d", self.resume.epoch + 1,
+                 self.resume.step, self.resume.step + 1)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        end_fit_at(self.model)
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch, self._last = epoch, 0
+        if self._restore_metrics and self.resume is not None:  # fit reset them as the epoch began
+            self._restore_metrics = False
+            self._last = self.resume.step
+            for metric, values in zip(self.model.metrics, self.resume.metrics, strict=True):
+                for variable, value in zip(metric.variables, values, strict=True):
+                    variable.assign(tf.constant(value, dtype=variable.dtype))
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        done = batch + 1  # fit passes the execution's last step
+        preempted = self.preemption is not None and self.preemption.requested
+        if preempted or (self.every and done - self._last >= self.every):
+            self._save(done)
+            self._last = done
+        if preempted:
+            raise Preempted(f"backed up at epoch {self._epoch + 1}, step {done}")
+
+    def _save(self, done: int) -> None:
+        metrics = [[variable.numpy().tolist() for variable in metric.variables] for metric in self.model.metrics]
+        seconds = self.clock()
+        folder = write_dirpath(self.folder, self.model.distribute_strategy)
+        tf.io.gfile.makedirs(folder)
+        prefix = self.checkpoint.write(str(Path(folder) / f"step-{self._epoch}-{done}"))
+        if not self.record:
+            tf.io.gfile.rmtree(folder)
+            return
+        atomic.write_json(self.folder / _STATE, {"epoch": self._epoch, "step": done, "metrics": metrics,
+                                                  "seconds": seconds, "checkpoint": Path(prefix).name})
+        for old in self.folder.glob("step-*"):  # the checkpoint before: steps.json names this one now
+            if not old.name.startswith(Path(prefix).name + "."):
+                old.unlink(missing_ok=True)
+
+
+class Preemption:
+    """SIGTERM while ``fit`` runs, taken as a scheduler's notice: :attr:`requested`, and :class:`StepBackup` backs
+    up at the next step boundary and ends the run as preempted. A second SIGTERM, or :data:`PREEMPTION_BOUND`
+    seconds without that backup, ends the process at once (:class:`~tfdist.errors.Interrupted`) with what the last
+    backup holds. SIGINT keeps its meaning."""
+
+    def __init__(self, bound: int = PREEMPTION_BOUND):
+        self.bound = bound
+        self.requested = False
+        self.at = 0.0
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise Interrupted(signum, "a second SIGTERM while backing up")
+        self.requested, self.at = True, time.monotonic()
+        signal.alarm(self.bound)
+        log.warning("SIGTERM: backing up at the next step, then exiting (within %d s; a second SIGTERM exits now)",
+                    self.bound)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        raise Interrupted(signal.SIGTERM, f"no step boundary came within {self.bound} s of it")
+
+    @contextmanager
+    def listening(self) -> Iterator[Preemption]:
+        """SIGTERM is this preemption's inside the block (and the alarm its bound), the stage's again after it."""
+        previous = signal.signal(signal.SIGTERM, self._on_term), signal.signal(signal.SIGALRM, self._on_alarm)
+        try:
+            yield self
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGALRM, previous[1])

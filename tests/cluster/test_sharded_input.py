@@ -40,7 +40,8 @@ def test_each_of_three_workers_reads_a_third_of_an_epoch_and_together_distinct_d
     for share in shares:
         assert len(share["read"]) == epoch // WORKERS, "each worker produces its 1/N of an epoch's examples, no more"
         assert len(set(share["read"])) == len(share["read"]), "and reads each of its digits once an epoch"
-        # its input pipeline batched its shard (and a few batches prefetched ahead), not every global batch
-        assert epoch // WORKERS <= share["batched"] < 1.15 * epoch / WORKERS, share["batched"]
+        # its input pipeline batched its shard (and up to a few chunks of records read ahead to be decoded
+        # together), not every global batch
+        assert epoch // WORKERS <= share["batched"] < 2 * epoch / WORKERS, share["batched"]
     together = Counter(digit for share in shares for digit in share["read"])
     assert len(together) == epoch and max(together.values()) == 1, "the workers' shards are disjoint and cover the epoch"

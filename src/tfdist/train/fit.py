@@ -113,11 +113,10 @@ def train_model(
     worker's batch (its replicas in sync, one on a CPU worker) and the workers take steps
     concurrently: an epoch is still one pass over the data, split into steps that whichever worker is free runs.
 
-    With ``backup``, the run backs up every epoch and resumes from that backup
-    if it holds finished epochs, reading the batches the uninterrupted run would;
-    ``record_backup`` (the chief) also keeps the history there, and the returned
-    history then covers every epoch. ``callbacks`` see an epoch once it is backed up;
-    ``moments`` is told each moment of an epoch's backup (:func:`tfdist.resume.checkpoints.resume_callbacks`).
+    With ``backup``, the run backs up every epoch (and within epochs: :class:`Backups`) and resumes from the
+    last backup, reading the batches the uninterrupted run would; ``record_backup`` (the chief) also keeps the
+    history there, and the returned history then covers every epoch. ``callbacks`` see an epoch once it is backed
+    up; ``moments`` is told each moment of an epoch's backup (:func:`tfdist.resume.checkpoints.resume_callbacks`).
 
     Raises:
         InputError: the training split is smaller than one global batch.
@@ -126,30 +125,22 @@ def train_model(
     plan = FitPlan.of(config, spec, info, len(train), len(val))
     keras.utils.set_random_seed(config.seed)
     model = build_compiled(config, data, strategy, plan)
-    resume, initial_epoch = resume_callbacks(backup, spec.backup, model, record_backup, moments) if backup else ([], 0)
-    done_epochs = epochs_backed_up(backup, spec.backup) if backup else 0
-    # Within an epoch: synchronous training (a ParameterServer coordinator's steps are scheduled, not done).
-    within = within_epoch(backup, done_epochs, plan.steps) if backup and not plan.asynchronous else None
-    timer, startup = EpochTimer(plan.steps * plan.global_batch, within.seconds if within else 0.0), StartupTimer()
-    # SIGTERM backs up first in one process; a cluster's tasks would each back up at a step of their own.
-    preemption = Preemption() if backup and not plan.asynchronous and not spec.multi_process else None
-    if backup and not plan.asynchronous:
-        resume.append(StepBackup(model, backup, config.train.backup_every, record=record_backup, clock=timer.elapsed,
-                                 preemption=preemption, resume=within))
+    backups = Backups.of(config, spec, plan, model, backup, record_backup, moments)
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
                                          kept_alive=spec.multi_process or info.replicas > 1,
-                                         done_epochs=done_epochs, done_steps=within.step if within else 0)
+                                         done_epochs=backups.done_epochs, done_steps=backups.done_steps)
+    timer, startup = backups.timer, StartupTimer()
     started = time.perf_counter()
     try:
-        with preemption.listening() if preemption else contextlib.nullcontext():
+        with backups.preemption.listening() if backups.preemption else contextlib.nullcontext():
             fit = model.fit(
                 train_input,
                 validation_data=val_input,
                 validation_steps=plan.val_steps,
                 epochs=config.train.epochs,
-                initial_epoch=initial_epoch,
+                initial_epoch=backups.initial_epoch,
                 steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-                callbacks=[startup, timer, DivergenceGuard(), *resume, *callbacks],
+                callbacks=[startup, timer, DivergenceGuard(), *backups.callbacks, *callbacks],
                 verbose=2,
             )
     except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
@@ -167,6 +158,44 @@ def train_model(
     restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
     return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds)
+
+
+@dataclass(frozen=True)
+class Backups:
+    """What a run resumes from and the callbacks that back it up (none without a backup folder).
+
+    Attributes:
+        callbacks: the epoch-end backup's and, in synchronous training, the one within epochs.
+        initial_epoch: the epoch ``fit`` starts at (a step within it: the step backup's callback says).
+        done_epochs, done_steps: what the backups hold (steps of the epoch after them), for the input.
+        timer: the epoch timer, carrying a resumed epoch's seconds before the stop.
+        preemption: SIGTERM as preemption while ``fit`` runs (one process only: a cluster's tasks would each
+            back up at a step of their own).
+    """
+
+    callbacks: list[Any]
+    initial_epoch: int
+    done_epochs: int
+    done_steps: int
+    timer: EpochTimer
+    preemption: Preemption | None
+
+    @classmethod
+    def of(cls, config: Config, spec: StrategySpec, plan: FitPlan, model: Any, backup: RunBackup | None,
+           record: bool, moments: Moments | None) -> Backups:
+        samples = plan.steps * plan.global_batch
+        if backup is None:
+            return cls([], 0, 0, 0, EpochTimer(samples), None)
+        callbacks, initial_epoch = resume_callbacks(backup, spec.backup, model, record, moments)
+        done_epochs = epochs_backed_up(backup, spec.backup)
+        if plan.asynchronous:  # a ParameterServer coordinator's steps are scheduled, not done: epoch ends only
+            return cls(callbacks, initial_epoch, done_epochs, 0, EpochTimer(samples), None)
+        within = within_epoch(backup, done_epochs, plan.steps)
+        timer = EpochTimer(samples, within.seconds if within else 0.0)
+        preemption = None if spec.multi_process else Preemption()
+        callbacks.append(StepBackup(model, backup, config.train.backup_every, record=record, clock=timer.elapsed,
+                                    preemption=preemption, resume=within))
+        return cls(callbacks, initial_epoch, done_epochs, within.step if within else 0, timer, preemption)
 
 
 @dataclass(frozen=True)

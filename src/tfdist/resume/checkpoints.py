@@ -72,18 +72,27 @@ def checkpoint_damage(backup: RunBackup, kind: str) -> str | None:
     latest = _latest_checkpoint(backup, kind)
     if latest is None:
         return None
-    try:
-        reader = tf.train.load_checkpoint(latest)
-        for variable in reader.get_variable_to_shape_map():
-            reader.get_tensor(variable)
-        done = _finished_epochs(reader, kind)
-    except Exception as err:  # noqa: BLE001  TensorFlow's reader raises OpError, ValueError, or IndexError
-        # ("Read less bytes than requested") for a truncated file: any of them means it cannot be resumed from
-        return f"its checkpoint {latest} is unreadable: {str(err).strip().splitlines()[0]}"
+    reader = read_whole(latest)
+    if isinstance(reader, str):
+        return f"its checkpoint {latest} is unreadable: {reader}"
+    done = _finished_epochs(reader, kind)
     recorded = {int(row["epoch"]) for row in backup.history}
     if not set(range(1, done + 1)) <= recorded:
         return f"its checkpoint finished {done} epoch(s) but state.json's history has {len(recorded)}"
     return None
+
+
+def read_whole(checkpoint: str) -> Any:
+    """A reader of ``checkpoint`` with every tensor read once, so a truncated or garbled one is found here, not
+    mid-restore; or why it cannot be read (a str)."""
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        for variable in reader.get_variable_to_shape_map():
+            reader.get_tensor(variable)
+    except Exception as err:  # noqa: BLE001  TensorFlow's reader raises OpError, ValueError, or IndexError
+        # ("Read less bytes than requested") for a truncated file: any of them means it cannot be resumed from
+        return str(err).strip().splitlines()[0]
+    return reader
 
 
 def set_aside_if_damaged(folder: Path, kind: str) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any
 from tfdist.errors import Interrupted, Preempted
 from tfdist.files import atomic
 from tfdist.resume.backup import RunBackup
+from tfdist.resume.checkpoints import read_whole
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import build_metrics, end_fit_at, start_fit_at, write_dirpath
 
@@ -75,13 +75,10 @@ def within_epoch(backup: RunBackup, done_epochs: int, steps: int) -> WithinEpoch
         return None
     if found.epoch != done_epochs or not 0 < found.step < steps:
         return None
-    try:  # every tensor read: a missing or garbled checkpoint is found here, not by fit mid-restore
-        reader = tf.train.load_checkpoint(str(step_folder(backup) / found.checkpoint))
-        for variable in reader.get_variable_to_shape_map():
-            reader.get_tensor(variable)
-    except Exception as err:  # noqa: BLE001  TensorFlow's reader raises OpError, ValueError or IndexError
+    damage = read_whole(str(step_folder(backup) / found.checkpoint))
+    if isinstance(damage, str):
         log.warning("the backup within an epoch in %s is unreadable (%s): resuming from the epoch's start",
-                    step_folder(backup), str(err).strip().splitlines()[0])
+                    step_folder(backup), damage)
         return None
     return found
 
@@ -103,7 +100,8 @@ class StepBackup(keras.callbacks.Callback):
         self.folder = step_folder(backup)
         self.checkpoint = tf.train.Checkpoint(model=model)
         self._epoch, self._last = 0, 0
-        self._restore_metrics = False
+        self._metrics_to_restore: list[list[Any]] | None = None
+        self._supports_tf_logs = True  # it reads no logs: Keras need not turn them into numbers every call
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         if self.resume is None:
@@ -112,7 +110,7 @@ class StepBackup(keras.callbacks.Callback):
         self.checkpoint.read(str(self.folder / self.resume.checkpoint)).assert_existing_objects_matched()
         build_metrics(self.model)  # fit builds them at its first step: too late to hold the epoch's sums
         start_fit_at(self.model, self.resume.epoch, self.resume.step)
-        self._restore_metrics = True
+        self._metrics_to_restore = self.resume.metrics
         log.info("resuming within epoch %d: its steps 1-%d are done, continuing at step %d", self.resume.epoch + 1,
                  self.resume.step, self.resume.step + 1)
 
@@ -121,10 +119,10 @@ class StepBackup(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch, self._last = epoch, 0
-        if self._restore_metrics and self.resume is not None:  # fit reset them as the epoch began
-            self._restore_metrics = False
+        if self._metrics_to_restore is not None and self.resume is not None:  # fit reset them as the epoch began
+            saved, self._metrics_to_restore = self._metrics_to_restore, None
             self._last = self.resume.step
-            for metric, values in zip(self.model.metrics, self.resume.metrics, strict=True):
+            for metric, values in zip(self.model.metrics, saved, strict=True):
                 for variable, value in zip(metric.variables, values, strict=True):
                     variable.assign(tf.constant(value, dtype=variable.dtype))
 
@@ -162,12 +160,11 @@ class Preemption:
     def __init__(self, bound: int = PREEMPTION_BOUND):
         self.bound = bound
         self.requested = False
-        self.at = 0.0
 
     def _on_term(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise Interrupted(signum, "a second SIGTERM while backing up")
-        self.requested, self.at = True, time.monotonic()
+        self.requested = True
         signal.alarm(self.bound)
         log.warning("SIGTERM: backing up at the next step, then exiting (within %d s; a second SIGTERM exits now)",
                     self.bound)

@@ -33,9 +33,9 @@ class StageRuns:
     names: itertools.count = field(default_factory=itertools.count)
 
     @classmethod
-    def make(cls, prefix: str) -> StageRuns:
+    def make(cls, prefix: str, rows: int = ROWS) -> StageRuns:
         root = Path(tempfile.mkdtemp(prefix=f"tfdist-bench-{prefix}-"))
-        return cls(root, data_folder(root))
+        return cls(root, data_folder(root, rows))
 
     def name(self) -> str:
         return f"run{next(self.names)}"
@@ -52,10 +52,10 @@ def model_settings(cell: dict, options: Any) -> list[str]:
     return [f"model.kind={cell['model']}", f"train.batch_size={cell['batch']}", f"train.epochs={options.epochs}"]
 
 
-def data_folder(root: Path) -> Path:
+def data_folder(root: Path, rows: int = ROWS) -> Path:
     folder = root / "prepared"
     spec = load_spec(PREPARED)
-    write_prepared_folder(folder, spec, {"train": prepared("train", ROWS).read(),
+    write_prepared_folder(folder, spec, {"train": prepared("train", rows).read(),
                                          **{name: load_split(PREPARED, name, spec).read() for name in ("val", "test")}})
     return folder
 

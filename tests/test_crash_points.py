@@ -2,12 +2,13 @@
 
 Each stage walks its points (tests/helpers/crash.py: killed at one, rerun to be killed at the next,
 finally let finish) in one workspace, in pipeline order: preprocess, train (default through every
-point, mirrored through its training points: after them the chief's code is default's), evaluate,
+point; mirrored trained once beside it, for evaluate and compare to have two models), evaluate,
 compare. After every kill, each output is whole or absent; at the end, the outputs are
-an uninterrupted run's (weights to the byte), each training has one FINISHED MLflow run with every
+an uninterrupted run's (weights to the byte), the training has one FINISHED MLflow run with every
 epoch once, no metric twice at a step, one logged model and one registered version, and nothing is
-left in the workspace: no staging folder, temporary, backup or lock. multi_worker_mirrored and
-parameter_server walk in tests/train/test_crash_points_multi_process.py and test_crash_points_parameter_server.py.
+left in the workspace: no staging folder, temporary, backup or lock. Several replicas walk across
+processes (multi_worker_mirrored) in tests/train/test_crash_points_multi_process.py, parameter_server in
+test_crash_points_parameter_server.py; mirrored's resume within an epoch is tests/resume/test_preemption.py's.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import pytest
 from tfdist.crash_points import CRASH_POINTS, CRASH_STAGES, crash_points_of
 from tfdist.data.prepared import SPLITS, load_spec, load_split
 
-from helpers.crash import TRAINING_POINTS, Workspace, debris, metrics_logged_twice_at_a_step, run_stage, walk
+from helpers.crash import Workspace, debris, metrics_logged_twice_at_a_step, run_stage, walk
 
 pytestmark = pytest.mark.slow
 
-#: The trainings of the walk: run name and strategy.
+#: The trainings: run name and strategy; the first is walked.
 TRAININGS = {"normal": "default", "mirrored": "mirrored"}
+WALKED = "normal"
 #: After these kills a staging folder is left, and the rerun says it removed it.
 LEAVE_STAGING = ("outputs.staged", "outputs.commit", "outputs.committed")
 
@@ -64,44 +66,46 @@ def preprocessed(workspace) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trained(workspace, preprocessed) -> dict[str, list[str]]:
-    """Each training walked; normal's outputs removed after the kill that came once they were in place, as DVC would.
+def trained(workspace, preprocessed) -> list[str]:
+    """The walked training's outputs, removed after the kill that came once they were in place, as DVC would; the
+    others trained once.
 
     (``dvc repro`` deletes a stage's outputs before it runs it again: dvc.lock was
     not written, so the outputs are not known to be the stage's.)
     """
-    walks = {}
-    for name in TRAININGS:
-        report, model = workspace.reports / "train" / f"{name}.json", workspace.models / name
-        history = workspace.reports / "train" / "history" / f"{name}.csv"
+    report, model = workspace.reports / "train" / f"{WALKED}.json", workspace.models / WALKED
+    history = workspace.reports / "train" / "history" / f"{WALKED}.csv"
 
-        def after_kill(point: str, name: str = name, report: Path = report, model: Path = model,
-                       history: Path = history) -> None:
-            whole_json(report)
-            assert not model.exists() or (model / "MLmodel").is_file(), f"{point}: a model folder without its MLmodel"
-            if history.exists():
-                assert len(list(csv.DictReader(history.open()))) == 2
-            if point in ("outputs.commit", "outputs.committed"):
-                (state,) = (workspace.backups / name).glob("*/state.json")
-                assert len(json.loads(state.read_text())["history"]) == 2, "the backup is kept until the commit ends"
-            if point == "outputs.committed" and name == "normal":
-                shutil.rmtree(model)
-                report.unlink()
-                history.unlink()
+    def after_kill(point: str) -> None:
+        whole_json(report)
+        assert not model.exists() or (model / "MLmodel").is_file(), f"{point}: a model folder without its MLmodel"
+        if history.exists():
+            assert len(list(csv.DictReader(history.open()))) == 2
+        if point in ("outputs.commit", "outputs.committed"):
+            (state,) = (workspace.backups / WALKED).glob("*/state.json")
+            assert len(json.loads(state.read_text())["history"]) == 2, "the backup is kept until the commit ends"
+        if point == "backup.step":
+            (state,) = (workspace.backups / WALKED).glob("*/steps/steps.json")
+            assert json.loads(state.read_text())["step"] == 20, "steps.json still names the backup before"
+        if point == "outputs.committed":
+            shutil.rmtree(model)
+            report.unlink()
+            history.unlink()
 
-        walks[name] = walk("train", workspace.train(name), after_kill,
-                           points=None if name == "normal" else TRAINING_POINTS)
-    return walks
+    outputs = walk("train", workspace.train(WALKED), after_kill)
+    for name in TRAININGS.keys() - {WALKED}:
+        done = run_stage(workspace.train(name))
+        assert done.returncode == 0, done.stderr[-3000:]
+    return outputs
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, workspace, preprocessed) -> Workspace:
-    """The same trainings, never killed, on the same prepared data (weights' digests to match)."""
+    """The walked training, never killed, on the same prepared data (weights' digests to match)."""
     reference = Workspace(tmp_path_factory.mktemp("uninterrupted"), TRAININGS)
     shutil.copytree(workspace.prepared, reference.prepared)
-    for name in TRAININGS:
-        done = run_stage(reference.train(name))
-        assert done.returncode == 0, done.stderr[-3000:]
+    done = run_stage(reference.train(WALKED))
+    assert done.returncode == 0, done.stderr[-3000:]
     return reference
 
 
@@ -122,16 +126,17 @@ def test_preprocess_killed_at_each_point_prepares_the_data_of_an_uninterrupted_r
     staging_swept(preprocessed, "preprocess")
 
 
-@pytest.mark.parametrize("name", TRAININGS)
-def test_a_training_killed_at_each_point_ends_as_an_uninterrupted_one(workspace, trained, uninterrupted, name):
+def test_a_training_killed_at_each_point_ends_as_an_uninterrupted_one(workspace, trained, uninterrupted):
+    name = WALKED
     report = json.loads((workspace.reports / "train" / f"{name}.json").read_text())
     fresh = json.loads((uninterrupted.reports / "train" / f"{name}.json").read_text())
     assert report["weights_sha256"] == fresh["weights_sha256"], "resumed at every step, the same weights to the byte"
     assert report["epochs"] == 2 and (workspace.models / name / "MLmodel").is_file()
     assert not (workspace.backups / name).exists(), "the backup is removed once the outputs are in place"
-    if name == "normal":  # walked through the chief's saving and committing too (TRAINING_POINTS for mirrored)
-        staging_swept(trained[name], "train")
-        assert "not logging it again" in "".join(trained[name]), "a rerun once the model was logged does not log it again"
+    staging_swept(trained, "train")
+    assert "not logging it again" in "".join(trained), "a rerun once the model was logged does not log it again"
+    backup_step = trained[crash_points_of("train").index("backup.step") + 1]  # the rerun after that kill
+    assert "resuming within epoch 1: its steps 1-20 are done" in backup_step, backup_step[-3000:]
 
     run = workspace.training_run(name)
     assert run.info.run_id == report["mlflow_run_id"]

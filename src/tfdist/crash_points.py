@@ -52,6 +52,8 @@ CRASH_POINTS: dict[str, CrashPoint] = {
     "start": CrashPoint(_EVERY, "params read, outputs checked writable, a killed run's staging swept; nothing written"),
     "train.strategy": CrashPoint(_TRAIN, "the strategy built (a cluster joined), no data read"),
     "train.data": CrashPoint(_TRAIN, "the prepared data and the backup read, no MLflow run opened"),
+    "backup.step": CrashPoint(_TRAIN, "a backup within an epoch checkpointed, steps.json still naming the one "
+                                      "before (walked at the second: epoch 1's first is in steps.json)"),
     "epoch.trained": CrashPoint(_TRAIN, "an epoch trained, not yet backed up (walked in epoch 2: epoch 1 is backed up)"),
     "backup.state": CrashPoint(_TRAIN, "an epoch's row in the backup's state.json, its weights not yet checkpointed"),
     "backup.written": CrashPoint(_TRAIN, "an epoch backed up whole (state.json and weights), its metrics not yet sent"),

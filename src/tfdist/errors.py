@@ -79,6 +79,14 @@ class Interrupted(BaseException):
         self.exit_code = 128 + signum
 
 
+#: Seconds from a SIGTERM to the backup it asks for, at most; past them the stage ends at once, with what the last
+#: backup holds. Kubernetes gives a pod 30 s by default (terminationGracePeriodSeconds), a cloud spot machine about
+#: as much: this leaves the rest for closing the MLflow run and exiting.
+PREEMPTION_BOUND = 20
+#: A preempted stage's exit code: ``EX_TEMPFAIL`` (sysexits.h).
+PREEMPTED_EXIT = 75
+
+
 class Preempted(Interrupted):
     """The process took SIGTERM as a scheduler's notice, backed its training up and stopped (exit 75).
 
@@ -91,4 +99,4 @@ class Preempted(Interrupted):
     def __init__(self, where: str):
         BaseException.__init__(self, f"preempted (SIGTERM): {where}; run the same command again to go on from there")
         self.where = where
-        self.exit_code = 75
+        self.exit_code = PREEMPTED_EXIT

@@ -301,3 +301,24 @@ def write_dirpath(folder: Path, strategy: Any) -> str:
     from tf_keras.src.distribute import distributed_file_utils
 
     return str(distributed_file_utils.write_dirpath(str(folder), strategy))
+
+
+def cluster_key_claim(key: str, value: str) -> bool:
+    """Set ``key`` in the cluster's coordination service (a synchronous cluster's: multi_worker_mirrored's); False
+    when another task set it first. TensorFlow's PreemptionCheckpointHandler agrees on its step the same way."""
+    try:
+        _eager_context.context().set_config_key_value(key, value)
+    except tf.errors.AlreadyExistsError:
+        return False
+    return True
+
+
+def cluster_key_wait(key: str, seconds: float | None = None) -> str | None:
+    """``key``'s value in the cluster's coordination service once a task sets it; None after ``seconds`` (None: wait
+    as long as the service lives) or when the service is gone."""
+    timeout_in_ms = 0 if seconds is None else max(1, int(seconds * 1000))
+    try:
+        return _eager_context.context().get_config_key_value(key, timeout_in_ms)
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.CancelledError,
+            tf.errors.AbortedError, tf.errors.InternalError):
+        return None

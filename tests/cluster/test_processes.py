@@ -10,8 +10,9 @@ import time
 
 import pytest
 
+from tfdist.cluster import preemption
 from tfdist.cluster.processes import ProcessGroup, task_cpus
-from tfdist.errors import RunError
+from tfdist.errors import PREEMPTED_EXIT, Interrupted, Preempted, RunError
 
 from helpers.project import process_alive
 
@@ -121,3 +122,61 @@ def test_a_task_dying_while_the_main_thread_logs_is_not_swallowed_by_logging():
     finally:
         logger.removeHandler(handler)
     assert time.monotonic() - started < 5, "noticed within the log line, not after the training"
+
+
+#: A task that trains as a preempted one does: SIGTERM is its notice; it "backs up", says where, and exits 75.
+BACKS_UP = """
+    import signal, sys, time
+    def preempted(signum, frame):
+        print("error: preempted (SIGTERM): backed up at epoch 2, step 40; run the same command again", flush=True)
+        sys.exit(75)
+    signal.signal(signal.SIGTERM, preempted)
+    print("training", flush=True)
+    time.sleep(60)
+"""
+
+
+def _training(group, *names):
+    """Start tasks ``names`` that back up; return once every task that must finish is training (its handler set)."""
+    for name in names:
+        group.start(name, python(BACKS_UP), {})
+    while not all("training" in task.tail for task in group.tasks if task.must_finish):
+        time.sleep(0.05)
+
+
+def test_a_sigterm_is_passed_on_to_the_tasks_that_train_and_the_group_ends_preempted_where_they_backed_up():
+    with pytest.raises(Preempted, match="backed up at epoch 2, step 40; run the same"), ProcessGroup(out=io.StringIO()) as group:
+        server = group.start("ps-0", python("import time; time.sleep(60)"), {}, must_finish=False)
+        _training(group, "worker-0", "worker-1")
+        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's notice, to the launcher
+        group.wait()
+    assert [task.process.returncode for task in group.tasks[1:]] == [PREEMPTED_EXIT] * 2, "both were passed it"
+    assert not process_alive(server), "the server is stopped once they are done"
+
+
+def test_a_task_preempted_on_its_own_ends_the_group_preempted_not_restarted():
+    with pytest.raises(Preempted, match="backed up at epoch 2, step 40; run the same"), ProcessGroup(out=io.StringIO()) as group:
+        _training(group, "worker-0")
+        os.kill(group.tasks[0].process.pid, signal.SIGTERM)  # e.g. one pod evicted
+        group.wait()
+
+
+def test_a_second_sigterm_or_tasks_that_never_back_up_stop_every_task_at_once(monkeypatch):
+    with pytest.raises(Interrupted, match="every task was stopped"), ProcessGroup(out=io.StringIO(), stop_timeout=0.5) as group:
+        stubborn = group.start("worker-0", python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                                  "print('training', flush=True); time.sleep(60)"), {})
+        _training(group)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        group.wait()
+    assert not process_alive(stubborn)
+    monkeypatch.setattr(preemption, "PREEMPTED_TASKS_BOUND", 1)
+    started = time.monotonic()
+    with pytest.raises(Interrupted, match="did not back up within 1 s"), ProcessGroup(out=io.StringIO(), stop_timeout=0.5) as group:
+        group.start("worker-0", python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                       "print('training', flush=True); time.sleep(60)"), {})
+        _training(group)
+        os.kill(os.getpid(), signal.SIGTERM)
+        group.wait()
+    assert time.monotonic() - started < 10

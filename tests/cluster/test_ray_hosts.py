@@ -103,6 +103,29 @@ def test_parameter_server_runs_its_chief_workers_and_ps_across_the_machines(tmp_
     assert mlflow.get_run(report(tmp_path, "parameter_server")["mlflow_run_id"]).info.status == "FINISHED"
 
 
+def test_a_sigterm_to_the_stage_reaches_every_task_which_back_up_at_one_step_and_the_rerun_goes_on(
+        tmp_path, prepared_copy, ray_cluster):
+    hosts, nodes = ray_cluster
+    epochs = 4  # ~1 s each: the notice lands in epoch 2, or at worst a boundary of epoch 3 (after an epoch's end)
+    ray_params(tmp_path, nodes, train={"epochs": epochs, "backup_every": 0})
+    process, log = start_stage(hosts, tmp_path, "multi_worker_mirrored")
+    wait_for(log, "Epoch 2/", process, RUN_TIMEOUT)
+    process.send_signal(signal.SIGTERM)  # a scheduler's notice to the driver: Ray's launcher passes it on
+    code, output = finish(process, log, timeout=60)
+    assert code == 75, output[-3000:]
+    where = re.search(r"error: preempted \(SIGTERM\): backed up at epoch (\d), step (\d+); run the same", output)
+    assert where, output[-3000:]
+    assert output.count(f"backed up at epoch {where[1]}, step {where[2]}") >= 3, "both workers, then the driver"
+    code, output = finish(*start_stage(hosts, tmp_path, "multi_worker_mirrored"))
+    assert code == 0, output[-3000:]
+    assert f"resuming within epoch {where[1]}: its steps 1-{where[2]} are done" in output, output[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    run = mlflow.get_run(report(tmp_path, "multi_worker_mirrored")["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    losses = mlflow.MlflowClient().get_metric_history(run.info.run_id, "loss")
+    assert sorted(metric.step for metric in losses) == list(range(1, epochs + 1)), "every epoch once, in the one run"
+
+
 def test_a_raylet_killed_mid_training_restarts_the_group_once_its_node_is_back_and_training_resumes(
         tmp_path, prepared_copy, ray_cluster):
     hosts, nodes = ray_cluster

@@ -7,6 +7,7 @@ run on host 0, as on a login node. One cluster for the module.
 """
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -46,8 +47,10 @@ def parameter_server_step(cluster, workdir) -> subprocess.CompletedProcess:
                           cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
 
-def test_the_sbatch_example_puts_a_worker_on_each_node(tmp_path, prepared_copy, cluster):
-    tiny_params(tmp_path)
+def test_the_sbatch_example_puts_a_worker_on_each_node_and_a_preempted_job_requeues_and_goes_on(
+        tmp_path, prepared_copy, cluster):
+    # the convnet's epochs last seconds: a SIGTERM lands within epoch 2
+    tiny_params(tmp_path, model={"kind": "cnn"}, train={"batch_size": 8, "steps_per_execution": 10, "backup_every": 0})
     log = tmp_path / "job.log"
     job = subprocess.run(cluster.client(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", f"--output={log}",
                                          "--chdir", str(REPO),
@@ -55,14 +58,29 @@ def test_the_sbatch_example_puts_a_worker_on_each_node(tmp_path, prepared_copy, 
                                          *stage_paths(tmp_path)]),
                          cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=60,
                          check=True).stdout.strip()
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while "Epoch 2/2" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no job log"
+        time.sleep(0.2)
+    # what Slurm does at --signal's time or a preemption's: SIGTERM to every task of the job's steps
+    subprocess.run(cluster.client(["scancel", "--signal=TERM", job]), env=environment(cluster), check=True, timeout=30)
     state = cluster.wait_for_job(job, timeout=RUN_TIMEOUT)
     out = log.read_text()
-    assert state == {"JobState": "COMPLETED", "ExitCode": "0:0"}, out[-3000:]
+    assert state == {"JobState": "COMPLETED", "ExitCode": "0:0", "Restarts": "1"}, out[-3000:]
+    where = re.search(r"preempted \(SIGTERM\): backed up at epoch 2, step (\d+)", out)
+    assert where and f"preempted: requeueing job {job}" in out, out[-3000:]
+    assert f"resuming within epoch 2: its steps 1-{where[1]} are done" in out, out[-3000:]
     assert "Slurm step: task 0 of 2 is worker-0" in out and "Slurm step: task 1 of 2 is worker-1" in out
     report = json.loads((tmp_path / "reports" / "multi_worker_mirrored.json").read_text())
     assert report["workers"] == 2
     assert sorted(report["hardware"]["hosts"]) == sorted(cluster.nodes), "one worker on each node"
     assert f"worker-1: final weights sha256 {report['weights_sha256']}" in out
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (run,) = [run for run in mlflow.search_runs(experiment_names=["tests"], output_format="list")
+              if run.data.tags.get("tfdist.role") != "execution"]
+    assert run.info.status == "FINISHED"
+    epochs = mlflow.MlflowClient().get_metric_history(run.info.run_id, "val_accuracy")
+    assert sorted(metric.step for metric in epochs) == [1, 2], "every epoch once, in the one run"
 
 
 def test_parameter_server_across_nodes_ends_with_its_chief_and_leaves_no_task(tmp_path, prepared_copy, cluster):

@@ -71,7 +71,8 @@ class PrivateSlurm:
         return "\n".join([
             "ClusterName=tfdist-tests", f"SlurmctldHost={self.node}({self.addresses[0]})",
             "SlurmctldPort=6817", "SlurmdPort=6818",  # Slurm's own ports: each host has its own
-            "AuthType=auth/munge",
+            # a job credential lives 15 s, not 120: a requeued job waits that long (plus 1 s) before it may run again
+            "AuthType=auth/munge", "AuthInfo=cred_expire=15",
             f"StateSaveLocation={self.root}/state", f"SlurmdSpoolDir={self.root}/spool{per_node}",
             f"SlurmctldPidFile={self.root}/slurmctld.pid", f"SlurmdPidFile={self.root}/slurmd{per_node}.pid",
             f"SlurmctldLogFile={self.root}/slurmctld.log", f"SlurmdLogFile={self.root}/slurmd{per_node}.log",
@@ -111,14 +112,16 @@ class PrivateSlurm:
         subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True, timeout=30)
 
     def wait_for_job(self, job: str, timeout: float) -> dict[str, str]:
-        """Wait for batch job ``job`` to end; its ``JobState`` and ``ExitCode`` as ``scontrol`` tells them."""
+        """Wait for batch job ``job`` to end (requeued: to end again); its ``JobState``, ``ExitCode`` and
+        ``Restarts`` as ``scontrol`` tells them."""
         deadline = time.monotonic() + timeout
         while True:
             shown = subprocess.run(self.client(["scontrol", "-o", "show", "job", job]), env=self.env,
                                    capture_output=True, text=True, timeout=30).stdout
             fields = dict(item.split("=", 1) for item in shown.split() if "=" in item)
-            if fields.get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", None):
-                return {"JobState": fields["JobState"], "ExitCode": fields.get("ExitCode", "")}
+            if fields.get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", None):
+                return {"JobState": fields["JobState"], "ExitCode": fields.get("ExitCode", ""),
+                        "Restarts": fields.get("Restarts", "0")}
             if time.monotonic() > deadline:
                 subprocess.run(self.client(["scancel", job]), env=self.env)
                 raise TimeoutError(f"Slurm job {job} still {fields.get('JobState')} after {timeout} s")

@@ -16,12 +16,13 @@ import shutil
 import pytest
 
 from helpers.crash import Workspace, walk_a_cluster
+from helpers.project import LAUNCHER_TRAIN
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_multi_worker_mirrored_training_killed_at_each_point_ends_with_an_uninterrupted_one_s_weights(
-        tmp_path, prepared_dir):
-    workspace = Workspace(tmp_path / "walked", {"mwms": "multi_worker_mirrored"})
+        tmp_path, prepared_dir, local_launcher_run):
+    workspace = Workspace(tmp_path / "walked", {"mwms": "multi_worker_mirrored"}, train=LAUNCHER_TRAIN)
     shutil.copytree(prepared_dir, workspace.prepared)
-    walk_a_cluster(workspace, "mwms", reference_root=tmp_path / "uninterrupted")
+    walk_a_cluster(workspace, "mwms", reference=local_launcher_run)  # local_launcher_run: the same training

@@ -21,5 +21,6 @@ pytestmark = pytest.mark.slow
 def test_a_parameter_server_training_killed_at_each_point_leaves_no_task_and_ends_whole(tmp_path, prepared_dir):
     workspace = Workspace(tmp_path, {"ps": "parameter_server"}, distributed={"workers": 1})
     shutil.copytree(prepared_dir, workspace.prepared)
-    report = walk_a_cluster(workspace, "ps", points=TRAINING_POINTS)
+    # its backups are the epochs' ends (tfdist.resume.within_epoch.StopWhenPreempted): no backup.step to pass
+    report = walk_a_cluster(workspace, "ps", points=[point for point in TRAINING_POINTS if point != "backup.step"])
     assert (report["workers"], report["ps"], report["synchronous"]) == (1, 1, False)

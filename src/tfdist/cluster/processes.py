@@ -3,7 +3,9 @@
 Each task runs in its own session (so a terminal's Ctrl-C reaches only the
 launcher, which stops the tasks in order) and with a parent-death signal (so
 even a ``kill -9`` of the launcher takes its tasks along). Their output is
-relayed line by line, prefixed with the task's name.
+relayed line by line, prefixed with the task's name. A SIGTERM is a
+scheduler's notice: passed on to the tasks that train, which back up and exit
+75, and so does the group (:class:`~tfdist.errors.Preempted`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from tfdist import native_logs
-from tfdist.errors import Interrupted, RunError, TaskFailed
+from tfdist.cluster.preemption import Notice, where_backed_up
+from tfdist.errors import PREEMPTED_EXIT, Preempted, RunError, TaskFailed
 from tfdist.hardware import usable_cpus
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,10 @@ class ProcessGroup:
     launcher, which stops the tasks in order) and with a parent-death signal (so
     even a ``kill -9`` of the launcher takes its tasks along). Use it as a
     context manager: leaving the block, normally or by an exception, stops every
-    task still running. Inside it, SIGTERM raises :class:`Interrupted`.
+    task still running. Inside it, SIGINT raises :class:`Interrupted`; a first
+    SIGTERM while tasks that must finish run is passed on to them (a
+    preemption's notice: they back up and exit 75, and :meth:`wait` raises
+    :class:`Preempted`), a second one raises :class:`Interrupted`.
 
     Args:
         out: where task output goes, each line prefixed with ``[task-name]``.
@@ -65,6 +71,8 @@ class ProcessGroup:
         self._fail_lock = threading.Lock()
         self._stop_watching = threading.Event()
         self._previous_handlers: dict[int, Any] = {}
+        self.notice = Notice()
+        self.preempted: _Task | None = None
 
     def __enter__(self) -> ProcessGroup:
         if threading.current_thread() is threading.main_thread():
@@ -86,10 +94,20 @@ class ProcessGroup:
             raise RunError(self.failure) from None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGUSR1 and self.failure:
-            raise TaskFailed(self.failure)
-        if signum != signal.SIGUSR1:
-            raise Interrupted(signum, "every task was stopped")
+        if signum == signal.SIGUSR1:
+            if self.failure:
+                raise TaskFailed(self.failure)
+            return
+        self.notice.take(signum, self._pass_on)
+
+    def _pass_on(self) -> list[str]:
+        training = self._training()
+        for task in training:
+            _signal_group(task.process, signal.SIGTERM)
+        return [task.name for task in training]
+
+    def _training(self) -> list[_Task]:
+        return [task for task in self.tasks if task.must_finish and task.process.poll() is None]
 
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str], must_finish: bool = True,
               cpus: set[int] | None = None) -> int:
@@ -134,15 +152,21 @@ class ProcessGroup:
         A failure is a task that exited non-zero, or a server that exited at all.
         Where several have ended, one killed by a signal is named: its peers exit
         1 only because they lost it (a worker notices a killed peer within
-        milliseconds, often before this poll does).
+        milliseconds, often before this poll does). A task that must finish and
+        exited 75 backed up when preempted (:attr:`preempted`): its peers'
+        exits are no failure then.
         """
         done, failed = True, []
         for task in self.tasks:
             code = task.process.poll()
             if code is None:
                 done = done and not task.must_finish
+            elif code == PREEMPTED_EXIT and task.must_finish:
+                self.preempted = self.preempted or task
             elif code != 0 or not task.must_finish:
                 failed.append((code, task))
+        if self.preempted:
+            return False
         if failed:
             code, task = min(failed, key=lambda pair: pair[0] >= 0)  # killed (code < 0) first, then task order
             self._fail(task, code)
@@ -157,10 +181,21 @@ class ProcessGroup:
                 message names the task, how it ended and its last output.
         """
         while not self.poll():
+            if self.preempted:
+                self._end_preempted(self.preempted)
             if self.failure:
                 self.stop()
                 raise RunError(self.failure)
+            self.notice.check()
             time.sleep(interval)
+
+    def _end_preempted(self, task: _Task) -> None:
+        """``task`` backed up and exited 75: its peers get a few seconds to do the same, then the group stops."""
+        deadline = time.monotonic() + 2 * self.stop_timeout
+        while self._training() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.stop()
+        raise Preempted(where_backed_up(task.tail, task.name))
 
     def watch(self, interval: float = 0.5) -> None:
         """Watch the tasks from a thread while the main thread does other work.

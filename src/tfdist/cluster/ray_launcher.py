@@ -12,7 +12,9 @@ ps run on Ray as well as multi_worker_mirrored's workers: a TF_CONFIG of our own
 has every role (Ray Train's TensorflowTrainer writes workers only; what each
 costs a stage is in docs/cluster.md).
 
-A failed attempt (a task exits non-zero, or its actor dies with its node)
+A SIGTERM to the stage is passed on to the tasks that train, which back up
+and exit 75 (:mod:`tfdist.cluster.preemption`); so does the stage. A failed
+attempt (a task exits non-zero, or its actor dies with its node)
 stops every task and asks Ray for places again, up to
 ``distributed.max_restarts`` times; training resumes from the chief's backup.
 A cluster without room (a lost node that never comes back) fails after
@@ -44,11 +46,12 @@ from typing import Any
 from tfdist import native_logs
 from tfdist.cluster.launcher import SCRATCH_ENV, NoRoom, restarting
 from tfdist.cluster.ports import free_ports, release_ports
+from tfdist.cluster.preemption import Notice, where_backed_up
 from tfdist.cluster.processes import die_with_parent
 from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, describe_cluster
 from tfdist.distribute.registry import StrategySpec
-from tfdist.errors import InputError, Interrupted, RunError
+from tfdist.errors import PREEMPTED_EXIT, InputError, Interrupted, Preempted, RunError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ RAY_CONNECT_TIMEOUT = 10.0
 RAY_INIT_TIMEOUT = 90.0
 #: Seconds the actors of placed tasks may take to start and report their addresses.
 ACTOR_START_TIMEOUT = 120.0
+#: Seconds the other tasks that train get to back up and exit once one exited preempted.
+PEERS_BACKING_UP = 10.0
 
 
 def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
@@ -119,7 +124,8 @@ def _attempt(ray: Any, spec: StrategySpec, sizes: dict[str, int], room_timeout: 
     actors: list[Any] = []
     try:
         _wait_for_room(ray, group, count, room_timeout, placed)
-        host = ray.remote(num_cpus=1, max_restarts=0)(_TaskHost)
+        # two threads: a SIGTERM's notice reaches the task while its lines stream
+        host = ray.remote(num_cpus=1, max_restarts=0, max_concurrency=2)(_TaskHost)
         actors = [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i))
                   .remote() for i in range(count)]
         addresses = ray.get([actor.address.remote() for actor in actors], timeout=ACTOR_START_TIMEOUT)
@@ -142,39 +148,61 @@ def _attempt(ray: Any, spec: StrategySpec, sizes: dict[str, int], room_timeout: 
 
 
 def _run_tasks(ray: Any, spec: StrategySpec, command: Sequence[str], tasks: Sequence[tuple[ClusterTask, Any]]) -> None:
-    """Start every task, relay its lines, and return when the ones that train are done; a failure raises RunError."""
-    events: queue.Queue[tuple[str, str | None]] = queue.Queue()
+    """Start every task, relay its lines, and return when the ones that train are done; a failure raises RunError,
+    a preemption (this process's SIGTERM passed on, or a task's own) Preempted once those tasks backed up."""
+    events: queue.Queue[tuple[str, str | Preempted | None]] = queue.Queue()
     cwd = os.getcwd()  # the stage's paths are relative to it (dvc.yaml's are)
     for task, actor in tasks:
         stream = actor.run.options(num_returns="streaming").remote(task.name, list(command), task.to_tf_config(), cwd)
         threading.Thread(target=_follow, args=(ray, task.name, stream, events), name=f"ray-{task.name}",
                          daemon=True).start()
     # parameter_server's servers never end on their own: its chief is done when it is
-    training = {task.name for task, _ in tasks if task.is_chief or not spec.coordinated}
-    while training:
-        try:
-            name, failure = events.get(timeout=0.5)  # a timeout, so that SIGINT's handler runs
-        except queue.Empty:
-            continue
-        if failure is not None:
-            raise RunError(failure)
-        if name not in training:
-            raise RunError(f"{name} ended before the chief was done")
-        training.discard(name)
+    training = {task.name: actor for task, actor in tasks if task.is_chief or not spec.coordinated}
+    notice, preempted, deadline = Notice(), None, float("inf")
+
+    def pass_on() -> list[str]:
+        for actor in training.values():
+            actor.preempt.remote()
+        return list(training)
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: notice.take(signum, pass_on))
+    try:
+        while training and time.monotonic() < deadline:
+            notice.check()
+            try:
+                name, outcome = events.get(timeout=0.5)  # a timeout, so that the signals' handlers run
+            except queue.Empty:
+                continue
+            if isinstance(outcome, Preempted):  # its peers get a moment to back up as well
+                preempted, deadline = preempted or outcome, min(deadline, time.monotonic() + PEERS_BACKING_UP)
+            elif outcome is not None and preempted is None:
+                raise RunError(outcome)
+            elif name not in training and preempted is None:
+                raise RunError(f"{name} ended before the chief was done")
+            training.pop(name, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if preempted is not None:
+        raise preempted
 
 
 def _follow(ray: Any, name: str, stream: Any, events: queue.Queue) -> None:
-    """Print a task's lines as its actor yields them; put how it ended in ``events``."""
+    """Print a task's lines as its actor yields them; put how it ended in ``events`` (None: exit 0, a Preempted, or
+    what failed)."""
+    lines: list[str] = []
     try:
         for ref in stream:
             item = ray.get(ref)
             if isinstance(item, str):
                 sys.stderr.write(item)
                 sys.stderr.flush()
+                lines = [*lines[-20:], item]
                 continue
             code = item
             if code < 0:
                 events.put((name, f"{name} was killed by {signal.Signals(-code).name}"))
+            elif code == PREEMPTED_EXIT:
+                events.put((name, Preempted(where_backed_up(lines, name))))
             elif code:
                 events.put((name, f"{name} exited with {code} (its last line above says why)"))
             else:
@@ -194,6 +222,7 @@ class _TaskHost:
         self.node = ray.util.get_node_ip_address()
         # held in this node's port book while the actor lives (a dead actor's are free again)
         self.port = free_ports(1, self.node)[0]
+        self.process: subprocess.Popen | None = None
 
     def address(self) -> str:
         return f"{self.node}:{self.port}"
@@ -202,14 +231,20 @@ class _TaskHost:
         """Run the stage as task ``name``: yield its lines, prefixed with the name, then its exit code."""
         release_ports([self.port])  # the task binds it now
         with tempfile.TemporaryDirectory(prefix="tfdist-scratch-") as scratch:
-            process = subprocess.Popen(command, env={**os.environ, TF_CONFIG: tf_config, SCRATCH_ENV: scratch}, cwd=cwd,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                       preexec_fn=die_with_parent())
+            self.process = process = subprocess.Popen(
+                command, env={**os.environ, TF_CONFIG: tf_config, SCRATCH_ENV: scratch}, cwd=cwd,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                preexec_fn=die_with_parent())
             yield (f"INFO tfdist.cluster.ray_launcher: started {name} (pid {process.pid}) in Ray worker {os.getpid()} "
                    f"on node {self.node}\n")
             for line in process.stdout or ():  # the prefix says whose, as under the local launcher
                 yield f"[{name}] {line}"
             yield process.wait()
+
+    def preempt(self) -> None:
+        """Pass a preemption's SIGTERM on to the task."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
 
 
 def _wait_for_room(ray: Any, group: Any, count: int, timeout: float, placed: set[str]) -> None:

@@ -19,29 +19,37 @@ last), and keeps no metric sums.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfdist.errors import Interrupted, Preempted
+from tfdist.errors import PREEMPTION_BOUND, Interrupted, Preempted
 from tfdist.files import atomic
 from tfdist.resume.backup import RunBackup
 from tfdist.resume.checkpoints import read_whole
 from tfdist.tf_imports import keras, tf
-from tfdist.tf_private import build_metrics, end_fit_at, start_fit_at, write_dirpath
+from tfdist.tf_private import (
+    build_metrics,
+    cluster_key_claim,
+    cluster_key_wait,
+    end_fit_at,
+    start_fit_at,
+    write_dirpath,
+)
 
 log = logging.getLogger("tfdist.resume")
 
-#: Seconds from a SIGTERM to the backup it asks for, at most; past them the stage ends at once, with what the last
-#: backup holds. Kubernetes gives a pod 30 s by default (terminationGracePeriodSeconds), a cloud spot machine about
-#: as much: this leaves the rest for closing the MLflow run and exiting.
-PREEMPTION_BOUND = 20
 _STATE = "steps.json"
+_OVER = "over"
+_FITS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -90,16 +98,19 @@ class StepBackup(keras.callbacks.Callback):
     ``record``: this process writes ``steps.json`` (the chief); every process of
     a synchronous cluster saves the checkpoint at the same step (the others into
     a scratch folder), as reading the metrics' sums takes them all.
-    ``clock`` gives the epoch's training seconds so far.
+    ``clock`` gives the epoch's training seconds so far; ``moments`` is told
+    ``backup.step`` between the checkpoint and ``steps.json`` (the chief's).
     """
 
     def __init__(self, model: Any, backup: RunBackup, every: int, *, record: bool, clock: Callable[[], float],
-                 preemption: Preemption | None = None, resume: WithinEpoch | None = None):
+                 preemption: Preemption | None = None, resume: WithinEpoch | None = None,
+                 moments: Callable[[str], None] | None = None):
         super().__init__()
         self.every, self.record, self.clock, self.preemption, self.resume = every, record, clock, preemption, resume
+        self.moments = moments or (lambda moment: None)
         self.folder = step_folder(backup)
         self.checkpoint = tf.train.Checkpoint(model=model)
-        self._epoch, self._last = 0, 0
+        self._epoch, self._last, self._calls = 0, 0, 0
         self._metrics_to_restore: list[list[Any]] | None = None
         self._supports_tf_logs = True  # it reads no logs: Keras need not turn them into numbers every call
 
@@ -128,7 +139,10 @@ class StepBackup(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         done = batch + 1  # fit passes the execution's last step
-        preempted = self.preemption is not None and self.preemption.requested
+        self._calls += 1
+        preempted = self.preemption is not None and self.preemption.due(self._calls)
+        if done >= self.params["steps"]:  # the epoch-end backup comes next: a preemption backs up a boundary later
+            return
         if preempted or (self.every and done - self._last >= self.every):
             self._save(done)
             self._last = done
@@ -144,11 +158,37 @@ class StepBackup(keras.callbacks.Callback):
         if not self.record:
             tf.io.gfile.rmtree(folder)
             return
+        self.moments("backup.step")
         atomic.write_json(self.folder / _STATE, {"epoch": self._epoch, "step": done, "metrics": metrics,
                                                   "seconds": seconds, "checkpoint": Path(prefix).name})
         for old in self.folder.glob("step-*"):  # the checkpoint before: steps.json names this one now
             if not old.name.startswith(Path(prefix).name + "."):
                 old.unlink(missing_ok=True)
+
+
+class StopWhenPreempted(keras.callbacks.Callback):
+    """A parameter_server coordinator's answer to a preemption: its backups are the epochs' ends (Keras schedules
+    every epoch of a coordinated ``fit`` from its first step), so it stops at the next step it schedules, or once
+    the epoch in flight is backed up (its steps are scheduled well ahead of the workers), and the rerun resumes from
+    the last epoch backed up."""
+
+    def __init__(self, preemption: Preemption, done_epochs: int):
+        super().__init__()
+        self.preemption, self.done_epochs = preemption, done_epochs
+        self._supports_tf_logs = True  # its logs are remote values: reading them would wait for the workers
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.done_epochs = epoch + 1  # after the epoch's backup: its callback runs first
+        self._stop_if_preempted()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._stop_if_preempted()
+
+    def _stop_if_preempted(self) -> None:
+        if self.preemption.due(0):
+            raise Preempted(f"backed up at the end of epoch {self.done_epochs} (parameter_server backs up at epoch "
+                            "ends)" if self.done_epochs else "nothing backed up yet (parameter_server backs up at "
+                            "epoch ends)")
 
 
 class Preemption:
@@ -160,6 +200,13 @@ class Preemption:
     def __init__(self, bound: int = PREEMPTION_BOUND):
         self.bound = bound
         self.requested = False
+
+    def due(self, boundary: int) -> bool:
+        """Whether to back up and stop at step boundary number ``boundary`` of this ``fit`` (counted from 1)."""
+        return self.requested
+
+    def close(self) -> None:
+        """``fit`` is over."""
 
     def _on_term(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -179,6 +226,68 @@ class Preemption:
         try:
             yield self
         finally:
+            self.close()
             signal.alarm(0)
             signal.signal(signal.SIGTERM, previous[0])
             signal.signal(signal.SIGALRM, previous[1])
+
+
+def preemption_for(strategy: Any, multi_process: bool) -> Preemption:
+    """SIGTERM as preemption for a ``fit`` under ``strategy``: this process's own, or, for a task of a synchronous
+    cluster, agreed with its peers (:class:`ClusterPreemption`)."""
+    if not multi_process:
+        return Preemption()
+    resolver = strategy.cluster_resolver
+    tasks = [f"{job}:{index}" for job, addresses in resolver.cluster_spec().as_dict().items()
+             for index in range(len(addresses))]
+    return ClusterPreemption(tasks, f"{resolver.task_type}:{resolver.task_id}", next(_FITS))
+
+
+class ClusterPreemption(Preemption):
+    """Preemption agreed by every worker of a synchronous cluster (multi_worker_mirrored): all back up at one step
+    boundary, however many of them got the SIGTERM (a scheduler signals every task, or evicts one).
+
+    As TensorFlow's PreemptionCheckpointHandler does, through the coordination
+    service's key-value store: the first worker to reach a boundary after its
+    SIGTERM claims the preemption and names the next boundary; a thread in
+    every worker waits for that name and acknowledges it; the claimant goes on
+    once all have (at most ``bound`` / 2 seconds). Workers are never more than
+    one boundary apart (each step's all-reduce waits for all), so none is past
+    it. ``fit_number`` keeps one ``fit``'s keys apart from the next's in the
+    same cluster (the same on every worker: they run the same fits in order).
+    """
+
+    def __init__(self, tasks: list[str], me: str, fit_number: int, bound: int = PREEMPTION_BOUND):
+        super().__init__(bound)
+        self.tasks, self.me = tasks, me
+        self.prefix = f"tfdist/preemption/{fit_number}"
+        self.target: int | None = None
+        self._claimed = False
+        self._watcher = threading.Thread(target=self._watch, name="preemption-watcher", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        value = cluster_key_wait(f"{self.prefix}/boundary")
+        if value is None or value == _OVER:
+            return
+        self.target = int(value)
+        cluster_key_claim(f"{self.prefix}/seen/{self.me}", "1")
+
+    def due(self, boundary: int) -> bool:
+        if self.requested and not self._claimed and self.target is None:
+            self._claimed = True
+            if cluster_key_claim(f"{self.prefix}/claim", self.me):
+                self._announce(boundary + 1)
+        return self.target is not None and boundary >= self.target
+
+    def _announce(self, boundary: int) -> None:
+        cluster_key_claim(f"{self.prefix}/boundary", str(boundary))
+        deadline = time.monotonic() + self.bound / 2
+        for task in self.tasks:
+            if cluster_key_wait(f"{self.prefix}/seen/{task}", max(0.001, deadline - time.monotonic())) is None:
+                log.warning("preemption: %s did not acknowledge backing up at boundary %d; going on", task, boundary)
+        log.info("preemption: every task backs up at step boundary %d", boundary)
+
+    def close(self) -> None:
+        cluster_key_claim(f"{self.prefix}/boundary", _OVER)  # releases every watcher still waiting
+        self._watcher.join(timeout=5)

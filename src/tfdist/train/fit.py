@@ -27,7 +27,7 @@ from tfdist.records.history import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
 from tfdist.records.reports import CollectiveCosts
 from tfdist.resume.backup import RunBackup, restored_history
 from tfdist.resume.checkpoints import Moments, epochs_backed_up, resume_callbacks
-from tfdist.resume.within_epoch import Preemption, StepBackup, within_epoch
+from tfdist.resume.within_epoch import Preemption, StepBackup, StopWhenPreempted, preemption_for, within_epoch
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
 from tfdist.train import precision
@@ -169,8 +169,7 @@ class Backups:
         initial_epoch: the epoch ``fit`` starts at (a step within it: the step backup's callback says).
         done_epochs, done_steps: what the backups hold (steps of the epoch after them), for the input.
         timer: the epoch timer, carrying a resumed epoch's seconds before the stop.
-        preemption: SIGTERM as preemption while ``fit`` runs (one process only: a cluster's tasks would each
-            back up at a step of their own).
+        preemption: SIGTERM as preemption while ``fit`` runs (a synchronous cluster's tasks agree on its step).
     """
 
     callbacks: list[Any]
@@ -189,12 +188,14 @@ class Backups:
         callbacks, initial_epoch = resume_callbacks(backup, spec.backup, model, record, moments)
         done_epochs = epochs_backed_up(backup, spec.backup)
         if plan.asynchronous:  # a ParameterServer coordinator's steps are scheduled, not done: epoch ends only
-            return cls(callbacks, initial_epoch, done_epochs, 0, EpochTimer(samples), None)
+            preemption = Preemption()
+            callbacks.append(StopWhenPreempted(preemption, done_epochs))
+            return cls(callbacks, initial_epoch, done_epochs, 0, EpochTimer(samples), preemption)
         within = within_epoch(backup, done_epochs, plan.steps)
         timer = EpochTimer(samples, within.seconds if within else 0.0)
-        preemption = None if spec.multi_process else Preemption()
+        preemption = preemption_for(model.distribute_strategy, spec.multi_process)
         callbacks.append(StepBackup(model, backup, config.train.backup_every, record=record, clock=timer.elapsed,
-                                    preemption=preemption, resume=within))
+                                    preemption=preemption, resume=within, moments=moments))
         return cls(callbacks, initial_epoch, done_epochs, within.step if within else 0, timer, preemption)
 
 

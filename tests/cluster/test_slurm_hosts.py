@@ -49,7 +49,7 @@ def parameter_server_step(cluster, workdir) -> subprocess.CompletedProcess:
 
 def test_the_sbatch_example_puts_a_worker_on_each_node_and_a_preempted_job_requeues_and_goes_on(
         tmp_path, prepared_copy, cluster):
-    # the convnet's epochs last seconds: a SIGTERM lands within epoch 2
+    # the convnet's epochs last seconds: a SIGTERM lands within epoch 1, and the requeued job trains the rest
     tiny_params(tmp_path, model={"kind": "cnn"}, train={"batch_size": 8, "steps_per_execution": 10, "backup_every": 0})
     log = tmp_path / "job.log"
     job = subprocess.run(cluster.client(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", f"--output={log}",
@@ -59,7 +59,7 @@ def test_the_sbatch_example_puts_a_worker_on_each_node_and_a_preempted_job_reque
                          cwd=REPO, env=environment(cluster), capture_output=True, text=True, timeout=60,
                          check=True).stdout.strip()
     deadline = time.monotonic() + RUN_TIMEOUT
-    while "Epoch 2/2" not in (log.read_text() if log.exists() else ""):
+    while "Epoch 1/2" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, log.read_text() if log.exists() else "no job log"
         time.sleep(0.2)
     # what Slurm does at --signal's time or a preemption's: SIGTERM to every task of the job's steps
@@ -67,9 +67,9 @@ def test_the_sbatch_example_puts_a_worker_on_each_node_and_a_preempted_job_reque
     state = cluster.wait_for_job(job, timeout=RUN_TIMEOUT)
     out = log.read_text()
     assert state == {"JobState": "COMPLETED", "ExitCode": "0:0", "Restarts": "1"}, out[-3000:]
-    where = re.search(r"preempted \(SIGTERM\): backed up at epoch 2, step (\d+)", out)
+    where = re.search(r"preempted \(SIGTERM\): backed up at epoch 1, step (\d+)", out)
     assert where and f"preempted: requeueing job {job}" in out, out[-3000:]
-    assert f"resuming within epoch 2: its steps 1-{where[1]} are done" in out, out[-3000:]
+    assert f"resuming within epoch 1: its steps 1-{where[1]} are done" in out, out[-3000:]
     assert "Slurm step: task 0 of 2 is worker-0" in out and "Slurm step: task 1 of 2 is worker-1" in out
     report = json.loads((tmp_path / "reports" / "multi_worker_mirrored.json").read_text())
     assert report["workers"] == 2

@@ -77,6 +77,7 @@ class PrivateSlurm:
             f"SlurmctldPidFile={self.root}/slurmctld.pid", f"SlurmdPidFile={self.root}/slurmd{per_node}.pid",
             f"SlurmctldLogFile={self.root}/slurmctld.log", f"SlurmdLogFile={self.root}/slurmd{per_node}.log",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SchedulerType=sched/builtin",
+            "SchedulerParameters=sched_interval=2",  # a requeued job, eligible again, waits at most 2 s for a pass
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "SlurmdParameters=config_overrides",
             "ReturnToService=2", "SlurmUser=root", "JobCompType=jobcomp/none",
             "AccountingStorageType=accounting_storage/none", "MpiDefault=none",

@@ -6,8 +6,9 @@ If a TensorFlow or tf_keras upgrade moves or changes one, this fails first, nami
 import contextlib
 import subprocess
 import sys
+import time
 
-from tfdist import native_logs
+from tfdist import native_logs, tf_private
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import (
     _kept_inputs,
@@ -160,3 +161,10 @@ def test_backup_and_restore_checkpoints_are_found_and_name_their_finished_epochs
     latest = backup_and_restore_checkpoint(tmp_path)
     assert latest is not None
     assert backup_and_restore_epochs(tf.train.load_checkpoint(latest)) == 3
+
+
+def test_without_a_coordination_service_a_key_is_neither_claimed_nor_waited_for():
+    started = time.monotonic()
+    assert not tf_private.cluster_key_claim("tfdist/test", "1"), "one process has no cluster to agree with"
+    assert tf_private.cluster_key_wait("tfdist/test") is None
+    assert time.monotonic() - started < 5

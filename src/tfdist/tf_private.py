@@ -305,20 +305,20 @@ def write_dirpath(folder: Path, strategy: Any) -> str:
 
 def cluster_key_claim(key: str, value: str) -> bool:
     """Set ``key`` in the cluster's coordination service (a synchronous cluster's: multi_worker_mirrored's); False
-    when another task set it first. TensorFlow's PreemptionCheckpointHandler agrees on its step the same way."""
+    when another task set it first, or the service is gone. TensorFlow's PreemptionCheckpointHandler agrees on its
+    step the same way."""
     try:
         _eager_context.context().set_config_key_value(key, value)
-    except tf.errors.AlreadyExistsError:
+    except tf.errors.OpError:  # AlreadyExists; Unavailable or Aborted once the chief that serves it is gone
         return False
     return True
 
 
 def cluster_key_wait(key: str, seconds: float | None = None) -> str | None:
     """``key``'s value in the cluster's coordination service once a task sets it; None after ``seconds`` (None: wait
-    as long as the service lives) or when the service is gone."""
+    as long as the service lives), when the service is gone, or where there is none."""
     timeout_in_ms = 0 if seconds is None else max(1, int(seconds * 1000))
     try:
         return _eager_context.context().get_config_key_value(key, timeout_in_ms)
-    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.CancelledError,
-            tf.errors.AbortedError, tf.errors.InternalError):
+    except tf.errors.OpError:  # DeadlineExceeded; Unavailable once its chief is gone; FailedPrecondition: no service
         return None

@@ -173,7 +173,8 @@ def test_a_second_sigterm_or_tasks_that_never_back_up_stop_every_task_at_once(mo
     assert not process_alive(stubborn)
     monkeypatch.setattr(preemption, "PREEMPTED_TASKS_BOUND", 1)
     started = time.monotonic()
-    with pytest.raises(Interrupted, match="did not back up within 1 s"), ProcessGroup(out=io.StringIO(), stop_timeout=0.5) as group:
+    with pytest.raises(Interrupted, match="did not back up within 1 s"), \
+            ProcessGroup(out=io.StringIO(), stop_timeout=0.5) as group:
         group.start("worker-0", python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                                        "print('training', flush=True); time.sleep(60)"), {})
         _training(group)

@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reas
 
 #: Seconds a stage on the cluster may take (about 20 s measured for 2 epochs; 8 epochs with a restart about 60 s).
 RUN_TIMEOUT = 300
-#: Epochs of a run a node is lost in: long enough that it is lost mid-training (3 workers: ~1.5 s an epoch).
-EPOCHS = 12
+#: Epochs of a run a node is lost in (at epoch 3): long enough that it is lost mid-training (3 workers: ~1.5 s an epoch).
+EPOCHS = 8
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,16 @@ code, how soon, and how the chief's MLflow run ended.
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 import mlflow
 import pytest
+
+from tfdist.errors import PREEMPTED_EXIT
+from tfdist.tracking.runs import PREEMPTED_TAG
 
 from helpers import netns
 from helpers.netns import wait_for
@@ -121,17 +125,19 @@ def test_a_killed_worker_ends_its_peer_naming_it(workdir):
     assert training_run(workdir).info.status == "FAILED"
 
 
-def test_sigterm_stops_the_chief_within_seconds_its_run_killed_and_its_peer_names_it(workdir):
+def test_sigterm_to_the_chief_alone_backs_both_workers_up_at_one_step_and_ends_its_run_preempted(workdir):
     with netns.TestHosts(2) as hosts:
         tasks, cluster = mirrored_pair_training(hosts, workdir)
-        os.kill(tasks[0][0].pid, signal.SIGTERM)
+        os.kill(tasks[0][0].pid, signal.SIGTERM)  # one machine's notice (a pod evicted): its peer hears of it
         stopped = time.monotonic()
-        assert tasks[0][0].wait(timeout=30) == 128 + signal.SIGTERM
-        assert time.monotonic() - stopped < 10
-        assert tasks[1][0].wait(timeout=60) == 1
-    assert last_line(tasks[0][1]) == "error: interrupted by SIGTERM"
-    assert last_line(tasks[1][1]).startswith(f"error: worker-1 lost worker-0 ({cluster['worker'][0]}) during training")
-    assert training_run(workdir).info.status == "KILLED"
+        assert tasks[0][0].wait(timeout=30) == PREEMPTED_EXIT
+        assert time.monotonic() - stopped < 20
+        assert tasks[1][0].wait(timeout=30) == PREEMPTED_EXIT
+    where = re.match(r"error: preempted \(SIGTERM\): (backed up at epoch \d+, step \d+); run the same", last_line(tasks[0][1]))
+    assert where, last_line(tasks[0][1])
+    assert last_line(tasks[1][1]).startswith(f"error: preempted (SIGTERM): {where[1]};"), "the same step, agreed"
+    run = training_run(workdir)
+    assert run.info.status == "KILLED" and run.data.tags[PREEMPTED_TAG] == where[1]
 
 
 def test_a_killed_ps_ends_the_chief_at_once_naming_it(workdir):

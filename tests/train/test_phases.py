@@ -12,7 +12,7 @@ from helpers.project import tiny_params
 def test_the_chief_passes_every_train_moment_in_order_and_writes_its_outputs(tmp_path, prepared_copy, monkeypatch):
     passed: list[str] = []
     monkeypatch.setattr(phases, "crash_point", passed.append)
-    config = load_config(tiny_params(tmp_path, train={"epochs": 2}))
+    config = load_config(tiny_params(tmp_path, train={"epochs": 2, "backup_every": 40}))  # a backup within an epoch
     paths = RunPaths(prepared_copy, tmp_path / "models" / "normal", tmp_path / "backups", tmp_path / "reports")
 
     trained = phases.train_task(config, get_spec("default"), "normal", paths, None)

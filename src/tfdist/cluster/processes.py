@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from tfdist import native_logs
 from tfdist.cluster.preemption import Notice, where_backed_up
-from tfdist.errors import PREEMPTED_EXIT, Preempted, RunError, TaskFailed
+from tfdist.errors import PREEMPTED_EXIT, Interrupted, Preempted, RunError, TaskFailed
 from tfdist.hardware import usable_cpus
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class ProcessGroup:
         self._previous_handlers: dict[int, Any] = {}
         self.notice = Notice()
         self.preempted: _Task | None = None
+        self.stopped = False
 
     def __enter__(self) -> ProcessGroup:
         if threading.current_thread() is threading.main_thread():
@@ -169,6 +170,9 @@ class ProcessGroup:
             return False
         if failed:
             code, task = min(failed, key=lambda pair: pair[0] >= 0)  # killed (code < 0) first, then task order
+            if self.notice.since is not None and code in (-signal.SIGTERM, 128 + signal.SIGTERM):
+                self.stopped = True  # the SIGTERM passed on stopped a task not yet training: stopped, as asked
+                return False
             self._fail(task, code)
             return False
         return done
@@ -183,6 +187,9 @@ class ProcessGroup:
         while not self.poll():
             if self.preempted:
                 self._end_preempted(self.preempted)
+            if self.stopped:
+                self.stop()
+                raise Interrupted(signal.SIGTERM, "every task was stopped")
             if self.failure:
                 self.stop()
                 raise RunError(self.failure)

@@ -181,3 +181,14 @@ def test_a_second_sigterm_or_tasks_that_never_back_up_stop_every_task_at_once(mo
         os.kill(os.getpid(), signal.SIGTERM)
         group.wait()
     assert time.monotonic() - started < 10
+
+
+def test_a_task_ended_by_the_sigterm_passed_on_is_stopped_not_failed_and_only_then():
+    notice = preemption.Notice()
+    assert not notice.stopped(128 + signal.SIGTERM), "no notice yet: a task's SIGTERM is its failure"
+    with pytest.raises(Interrupted):
+        notice.take(signal.SIGTERM, lambda: [])  # no task to pass it on to: the launcher is interrupted itself
+    notice.take(signal.SIGTERM, lambda: ["worker-0"])
+    assert notice.stopped(-signal.SIGTERM) and notice.stopped(128 + signal.SIGTERM) and not notice.stopped(1)
+    with pytest.raises(Interrupted, match="every task was stopped"):
+        notice.take(signal.SIGTERM, lambda: ["worker-0"])

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds the tasks get, from a SIGTERM passed on, to back up and exit: theirs and a start-up's or an exit's more.
 PREEMPTED_TASKS_BOUND = PREEMPTION_BOUND + 10
+#: Seconds the other tasks that train get to back up and exit once one exited preempted.
+PEERS_BACKING_UP = 10.0
 _WHERE = re.compile(r"preempted \(SIGTERM\): (.+?); run the same command again")
 
 
@@ -48,6 +50,11 @@ class Notice:
                             ", ".join(reached), PREEMPTED_TASKS_BOUND)
                 return
         raise Interrupted(signum, "every task was stopped")
+
+    def stopped(self, code: int) -> bool:
+        """Whether a task that ended with ``code`` was stopped by the SIGTERM passed on before it trained (no backup
+        of its own to make yet): the launcher is then stopped, as asked, not failed."""
+        return self.since is not None and code in (-signal.SIGTERM, 128 + signal.SIGTERM)
 
     def check(self) -> None:
         """Raise Interrupted once the tasks had their time to back up."""

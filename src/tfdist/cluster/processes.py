@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from tfdist import native_logs
-from tfdist.cluster.preemption import Notice, where_backed_up
+from tfdist.cluster.preemption import PEERS_BACKING_UP, Notice, where_backed_up
 from tfdist.errors import PREEMPTED_EXIT, Interrupted, Preempted, RunError, TaskFailed
 from tfdist.hardware import usable_cpus
 
@@ -170,8 +170,8 @@ class ProcessGroup:
             return False
         if failed:
             code, task = min(failed, key=lambda pair: pair[0] >= 0)  # killed (code < 0) first, then task order
-            if self.notice.since is not None and code in (-signal.SIGTERM, 128 + signal.SIGTERM):
-                self.stopped = True  # the SIGTERM passed on stopped a task not yet training: stopped, as asked
+            if self.notice.stopped(code):
+                self.stopped = True
                 return False
             self._fail(task, code)
             return False
@@ -198,7 +198,7 @@ class ProcessGroup:
 
     def _end_preempted(self, task: _Task) -> None:
         """``task`` backed up and exited 75: its peers get a few seconds to do the same, then the group stops."""
-        deadline = time.monotonic() + 2 * self.stop_timeout
+        deadline = time.monotonic() + PEERS_BACKING_UP
         while self._training() and time.monotonic() < deadline:
             time.sleep(0.1)
         self.stop()

@@ -46,7 +46,7 @@ from typing import Any
 from tfdist import native_logs
 from tfdist.cluster.launcher import SCRATCH_ENV, NoRoom, restarting
 from tfdist.cluster.ports import free_ports, release_ports
-from tfdist.cluster.preemption import Notice, where_backed_up
+from tfdist.cluster.preemption import PEERS_BACKING_UP, Notice, where_backed_up
 from tfdist.cluster.processes import die_with_parent
 from tfdist.config.knobs import DistributedConfig
 from tfdist.distribute.cluster_spec import TF_CONFIG, ClusterTask, describe_cluster
@@ -66,8 +66,6 @@ RAY_CONNECT_TIMEOUT = 10.0
 RAY_INIT_TIMEOUT = 90.0
 #: Seconds the actors of placed tasks may take to start and report their addresses.
 ACTOR_START_TIMEOUT = 120.0
-#: Seconds the other tasks that train get to back up and exit once one exited preempted.
-PEERS_BACKING_UP = 10.0
 
 
 def launch_ray(spec: StrategySpec, distributed: DistributedConfig, command: Sequence[str],
@@ -150,7 +148,7 @@ def _attempt(ray: Any, spec: StrategySpec, sizes: dict[str, int], room_timeout: 
 def _run_tasks(ray: Any, spec: StrategySpec, command: Sequence[str], tasks: Sequence[tuple[ClusterTask, Any]]) -> None:
     """Start every task, relay its lines, and return when the ones that train are done; a failure raises RunError,
     a preemption (this process's SIGTERM passed on, or a task's own) Preempted once those tasks backed up."""
-    events: queue.Queue[tuple[str, str | Preempted | None]] = queue.Queue()
+    events: queue.Queue[tuple[str, tuple[str, int] | Preempted | None]] = queue.Queue()
     cwd = os.getcwd()  # the stage's paths are relative to it (dvc.yaml's are)
     for task, actor in tasks:
         stream = actor.run.options(num_returns="streaming").remote(task.name, list(command), task.to_tf_config(), cwd)
@@ -175,8 +173,10 @@ def _run_tasks(ray: Any, spec: StrategySpec, command: Sequence[str], tasks: Sequ
                 continue
             if isinstance(outcome, Preempted):  # its peers get a moment to back up as well
                 preempted, deadline = preempted or outcome, min(deadline, time.monotonic() + PEERS_BACKING_UP)
-            elif outcome is not None and preempted is None:
-                raise RunError(outcome)
+            elif isinstance(outcome, tuple) and preempted is None:  # (what failed, its exit code)
+                if notice.stopped(outcome[1]):
+                    raise Interrupted(signal.SIGTERM, "every task was stopped")
+                raise RunError(outcome[0])
             elif name not in training and preempted is None:
                 raise RunError(f"{name} ended before the chief was done")
             training.pop(name, None)
@@ -188,7 +188,7 @@ def _run_tasks(ray: Any, spec: StrategySpec, command: Sequence[str], tasks: Sequ
 
 def _follow(ray: Any, name: str, stream: Any, events: queue.Queue) -> None:
     """Print a task's lines as its actor yields them; put how it ended in ``events`` (None: exit 0, a Preempted, or
-    what failed)."""
+    what failed and its exit code)."""
     lines: list[str] = []
     try:
         for ref in stream:
@@ -200,17 +200,17 @@ def _follow(ray: Any, name: str, stream: Any, events: queue.Queue) -> None:
                 continue
             code = item
             if code < 0:
-                events.put((name, f"{name} was killed by {signal.Signals(-code).name}"))
+                events.put((name, (f"{name} was killed by {signal.Signals(-code).name}", code)))
             elif code == PREEMPTED_EXIT:
                 events.put((name, Preempted(where_backed_up(lines, name))))
             elif code:
-                events.put((name, f"{name} exited with {code} (its last line above says why)"))
+                events.put((name, (f"{name} exited with {code} (its last line above says why)", code)))
             else:
                 events.put((name, None))
             return
-        events.put((name, f"{name}'s actor ended without its exit code"))
+        events.put((name, (f"{name}'s actor ended without its exit code", 1)))
     except Exception as err:  # the actor died: its node, raylet or worker process is gone
-        events.put((name, f"{name}'s Ray actor died ({_first_line(err)}): its node or raylet may be gone"))
+        events.put((name, (f"{name}'s Ray actor died ({_first_line(err)}): its node or raylet may be gone", 1)))
 
 
 class _TaskHost:

@@ -180,7 +180,8 @@ def configure_collective_coordination(cluster: dict[str, list[str]], heartbeat_t
         coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
 
 
-def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], Any]) -> Callable[[Any], Any]:
+def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], Any], waited: Any = None
+                                        ) -> Callable[[Any], Any]:
     """tf_keras ``fit``'s multi-step train function, with the metrics read only on the execution's last step.
 
     tf_keras's own (``Model.make_train_function``) runs ``steps_per_execution``
@@ -195,9 +196,17 @@ def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], An
     callbacks. The context is entered around ``strategy.run``, not inside a
     replica: MirroredStrategy traces its replicas in threads side by side.
     Under ParameterServer the coordinator schedules the function on a worker,
-    with the step count of the moment, as tf_keras does.
+    with the step count of the moment, as tf_keras does. ``waited`` (a float64
+    variable of this process, not the strategy's) gets the seconds each step
+    waited for its batch added, in the graph: from the end of the step before
+    to the batch's arrival. That end is a timestamp carried through the loop,
+    taken once the optimizer's step count can be read, which is after the
+    step's every update: the loop's iterations overlap (a timestamp before
+    ``next`` runs while the step before computes), and the loss exists before
+    the backward pass. Not under ParameterServer: its steps run on the workers.
     """
     strategy, coordinator = model.distribute_strategy, model._cluster_coordinator
+    timed = waited is not None and coordinator is None
 
     def one(data: Any) -> Any:
         outputs = model.train_step(data)
@@ -205,16 +214,30 @@ def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], An
             model._train_counter.assign_add(1)
         return outputs
 
-    def step(iterator: Any, read: bool) -> Any:
+    def step(iterator: Any, read: bool, previous_done: Any) -> tuple[Any, Any]:
+        """One step; with ``timed``, the time from the step before's end (``previous_done``) to its batch's arrival
+        added to ``waited`` (nothing where the batch came first), and this step's end returned."""
         run = tf.function(one, jit_compile=True, reduce_retracing=True) if model.jit_compile else one
+        data = next(iterator)
+        if timed:
+            with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
+                arrived = tf.timestamp()
+            waited.assign_add(tf.maximum(arrived - previous_done, 0.0))
         with reading(read):
-            return strategy.run(run, args=(next(iterator),))
+            outputs = strategy.run(run, args=(data,))
+        if not timed:
+            return outputs, previous_done
+        with tf.control_dependencies(tf.nest.flatten(strategy.experimental_local_results(outputs))):
+            updated = model.optimizer.iterations.read_value()  # after the step's every update (ordered on the variable)
+        with tf.control_dependencies([updated]):
+            return outputs, tf.timestamp()
 
     def steps(iterator: Any, count: Any) -> Any:
+        done = tf.timestamp() if timed else tf.constant(0.0, tf.float64)
         for _ in tf.range(count - 1):
-            step(iterator, False)
-        return _keras_training.reduce_per_replica(step(iterator, True), strategy,
-                                                  reduction=model.distribute_reduction_method)
+            _, done = step(iterator, False, done)
+        outputs, _ = step(iterator, True, done)
+        return _keras_training.reduce_per_replica(outputs, strategy, reduction=model.distribute_reduction_method)
 
     if coordinator is not None:
         scheduled = tf.function(steps, reduce_retracing=True)

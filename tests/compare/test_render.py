@@ -24,7 +24,7 @@ def test_markdown_and_figures(tmp_path):
     assert ("| central_storage | central_storage | fit | float32 | sync | 2 | 50 | 0.001 | 1 | 2 CPUs, 1 thread per op |"
             in markdown)
     # no histories given: no time to accuracy
-    assert ("| central_storage | 105 | 4.750 | 1.05x | 0.00 | 9.5 | 90% | 0.9510 | not reached | not reached | not reached "
+    assert ("| central_storage | 105 | 4.750 | 1.05x | 0.00 | 9.5 | 90% | – | 0.9510 | not reached | not reached | not reached "
             "| +0.10 |") in markdown
     assert "Asynchronous" not in markdown
     # no histories, so no interval: within 10 % of 1.0 is taken for noise

@@ -1,16 +1,20 @@
 """One fit under a strategy: it learns, refuses a batch larger than the data, stops on NaN, scales the rate."""
 
+import time
+
 import numpy as np
 import pytest
 
+from tfdist.compare.advice import INPUT_BOUND
 from tfdist.config.params import load_config
-from tfdist.data.input_pipeline import make_dataset_fn
+from tfdist.data.input_pipeline import make_dataset, make_dataset_fn
 from tfdist.data.prepared import load_split, scaled
 from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 from tfdist.records.history import EPOCH_COLUMNS
 from tfdist.tf_imports import keras, tf
+from tfdist.train import fit
 from tfdist.train.callbacks import Diverged, LinearWarmup
 from tfdist.train.fit import FitPlan, effective_learning_rate, train_model
 
@@ -50,6 +54,7 @@ def test_training_on_the_sample_learns(tmp_path, prepared_dir, strategy_name):
     assert result.first_epoch_overhead_seconds == pytest.approx(
         max(0.0, result.history[0]["epoch_seconds"] - result.steady_epoch_seconds))
     assert 0 < result.startup_seconds < 3600, "seconds from process start to fit"
+    assert 0 <= result.input_share < 1 and all("input_share" in row for row in result.history), "timed in each step"
 
 
 def test_each_validation_reads_every_validation_digit_once_from_its_endless_input(tmp_path, prepared_dir):
@@ -147,3 +152,22 @@ def test_scaled_rate_and_warmup_reach_the_optimizer_under_mirrored(tmp_path, pre
     rate = float(rate.numpy() if hasattr(rate, "numpy") else rate)
     assert rate == pytest.approx(result.learning_rate), "warm-up is over: the scaled rate is reached"
     assert result.history[-1]["val_accuracy"] > 0.8
+
+
+def test_an_input_slowed_on_purpose_is_reported_input_bound_and_a_normal_one_is_not(tmp_path, prepared_dir, monkeypatch):
+    config = load_config(tiny_params(tmp_path, model={"kind": "cnn"}))
+    spec = get_spec("default")
+    strategy, info = build_strategy(spec, config.distributed.devices)
+    train, val = load_split(prepared_dir, "train", MNIST), load_split(prepared_dir, "val", MNIST)
+    normal = train_model(config, spec, strategy, info, data=MNIST, train=train, val=val)
+
+    def sleeping(*args, **kwargs):  # every batch 60 ms late, one after another: twice a step on a machine loaded 3x
+        def late(x, y):
+            with tf.control_dependencies([tf.py_function(lambda: time.sleep(0.06), [], [])]):
+                return tf.identity(x), tf.identity(y)
+        return make_dataset(*args, **kwargs).map(late)
+
+    monkeypatch.setattr(fit, "make_dataset", sleeping)
+    slowed = train_model(config, spec, strategy, info, data=MNIST, train=train, val=val)
+    assert slowed.input_share > 0.4, (slowed.input_share, slowed.steady_epoch_seconds, normal.steady_epoch_seconds)
+    assert normal.input_share < INPUT_BOUND, (normal.input_share, normal.history)

@@ -27,6 +27,8 @@ _ACCURACY_LOSS_POINTS = 1.0
 # The all-reduce's share of a step projected on 2 machines past which the advice suggests sending gradients
 # in 16 bits: halving the bytes can then cut the step by more than the noise between runs.
 _WIRE_SHARE_TO_COMPRESS = 0.25
+#: The share of its training time a run's steps waited for their batch past which the advice calls it input-bound.
+INPUT_BOUND = 0.25
 #: Machine counts the projection shows.
 PROJECTED_MACHINES = (2, 4, 8, 16)
 #: How far the projection was checked: where, not one session's figures (the docs hold those, with their machine).
@@ -189,7 +191,27 @@ def advice(rows: list[RunRow], projections: list[Projection], support: dict[str,
     What to use here, with more machines, which kind of parallelism, and which precision.
     """
     return Advice(use=_use_advice(rows, projections, network), scale=_scale_advice(rows, projections, network),
-                  paradigms=_paradigm_advice(rows), precision=_precision_advice(rows, support))
+                  paradigms=_paradigm_advice(rows), precision=_precision_advice(rows, support),
+                  input=_input_advice(rows))
+
+
+def _input_advice(rows: list[RunRow]) -> str:
+    """Whether a run waited for its input (:data:`INPUT_BOUND` of its training time), and what to turn then."""
+    timed = [row for row in rows if row.report.input_share is not None]
+    if not timed:
+        return "Not timed: the steps' wait for their input is measured where fit runs several steps a call " \
+               "(train.steps_per_execution > 1), outside parameter_server."
+    bound = [row for row in timed if (row.report.input_share or 0.0) >= INPUT_BOUND]
+    shares = ", ".join(f"{row.name} {row.report.input_share:.0%}" for row in timed)
+    if not bound:
+        return f"No run waited for its input for {INPUT_BOUND:.0%} of its training time or more ({shares}): " \
+               "the steps set the pace."
+    names = ", ".join(row.name for row in bound)
+    return (f"Input-bound: {names} waited for its next batch for {INPUT_BOUND:.0%} or more of its training time "
+            f"({shares}). More replicas or machines do not cure that: each needs its batches as fast. Give the "
+            "input more: fewer tasks per machine (each keeps a core for its input), a larger per-replica batch "
+            "(fewer hand-overs), more shards of the prepared data (each worker reads its own, in parallel), "
+            "lighter decoding, or faster storage.")
 
 
 def _paradigm_advice(rows: list[RunRow]) -> str:

@@ -191,12 +191,14 @@ class Projection:
 
 @dataclass(frozen=True)
 class Advice:
-    """The answers, in words: what to use here, with more machines, which kind of parallelism, which precision."""
+    """The answers, in words: what to use here, with more machines, which kind of parallelism, which precision,
+    and whether the input holds the steps back ("" in comparisons made before it was said)."""
 
     use: str
     scale: str
     paradigms: str
     precision: str
+    input: str = ""
 
 
 @dataclass(frozen=True)

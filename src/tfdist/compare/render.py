@@ -47,7 +47,8 @@ def document(comparison: Comparison) -> list[Block]:
                            ("h2", "Advice"),
                            ("ul", [f"**Here:** {advice.use}", f"**With more machines:** {advice.scale}",
                                    f"**Data, model or pipeline parallelism:** {advice.paradigms}",
-                                   f"**Mixed precision:** {advice.precision}"])]
+                                   f"**Mixed precision:** {advice.precision}",
+                                   *([f"**Input:** {advice.input}"] if advice.input else [])])]
     if comparison.scaling:
         blocks.append(_scaling_table(comparison.scaling))
     blocks += [

@@ -10,14 +10,16 @@ from tfdist.files import atomic
 
 EPOCH_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "epoch_seconds", "samples_per_second")
 
-#: Per-epoch columns only the custom loop's train step produces.
+#: Per-epoch columns only some runs have: the custom loop's gradient statistics, the input's share of the steps
+#: where they are timed (:class:`tfdist.train.callbacks.InputWait`).
 CUSTOM_LOOP_COLUMNS = ("gradient_norm", "gradient_norm_max", "nonfinite_steps")
+OPTIONAL_COLUMNS = (*CUSTOM_LOOP_COLUMNS, "input_share")
 
 
 def history_columns(history: list[dict[str, float]]) -> tuple[str, ...]:
     """The columns of ``history`` rows, in a stable order."""
     present = set(history[0]) if history else set()
-    return EPOCH_COLUMNS + tuple(column for column in CUSTOM_LOOP_COLUMNS if column in present)
+    return EPOCH_COLUMNS + tuple(column for column in OPTIONAL_COLUMNS if column in present)
 
 
 def write_history(path: Path | str, history: list[dict[str, float]], *, outputs: atomic.Outputs | None = None) -> None:

@@ -135,6 +135,8 @@ class TrainReport:
         gradient_compression: the dtype its gradients crossed the wire in (``none``: their own;
             ``distributed.gradient_compression``, :mod:`tfdist.train.compression`).
         allocator: the C allocator its process ran with (``runtime.allocator``; ``system`` in older reports).
+        input_share: the share of its training time the chief's steps waited for their batch (epochs after the
+            first; None where not timed: one step per call, ParameterServer, older reports).
     """
 
     name: str
@@ -203,6 +205,8 @@ class TrainReport:
     dataset: str = ""
     gradient_compression: str = "none"
     allocator: str = "system"
+    input_share: float | None = field(default=None, metadata=measure(
+        mlflow="input_share", table="results", heading="input wait", format="{:.0%}", better="lower"))
 
     @property
     def disturbed(self) -> str:

@@ -1,4 +1,5 @@
-"""What ``fit`` runs with besides the model: per-epoch timing, start-up timing, warm-up, the divergence guard.
+"""What ``fit`` runs with besides the model: per-epoch timing, the input's share, start-up timing, warm-up, the
+divergence guard.
 
 Callbacks and a schedule only, each per epoch or in-graph: batch-level
 callbacks cost Python on every step and ParameterServer refuses them.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from typing import Any
 
 import psutil
 
@@ -47,6 +49,29 @@ class EpochTimer(keras.callbacks.Callback):
         if logs is not None:
             logs["epoch_seconds"] = seconds
             logs["samples_per_second"] = self.samples_per_epoch / seconds
+
+
+class InputWait(keras.callbacks.Callback):
+    """Adds ``input_share`` to epoch logs: the share of the epoch's training time its steps waited for their batch
+    (:meth:`tfdist.train.models.ReadsMetricsOncePerExecution.time_input_waits`; the iterator's hand-over, timed in
+    the graph). After :class:`EpochTimer`, before the callbacks that log the epoch.
+
+    Where this process's steps are not timed (one step per call into the runtime, ParameterServer's workers) the
+    share is left out.
+    """
+
+    def __init__(self, waited: Any):
+        super().__init__()
+        self.waited = waited
+        self._start = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._start = float(self.waited.numpy())
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        waited = float(self.waited.numpy()) - self._start
+        if logs is not None and waited > 0 and logs.get("epoch_seconds"):
+            logs["input_share"] = min(1.0, waited / logs["epoch_seconds"])
 
 
 class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):

@@ -23,7 +23,7 @@ from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.files import disk
-from tfdist.records.history import CUSTOM_LOOP_COLUMNS, EPOCH_COLUMNS
+from tfdist.records.history import EPOCH_COLUMNS, OPTIONAL_COLUMNS
 from tfdist.records.reports import CollectiveCosts
 from tfdist.resume.backup import RunBackup, restored_history
 from tfdist.resume.checkpoints import Moments, epochs_backed_up, resume_callbacks
@@ -31,7 +31,7 @@ from tfdist.resume.within_epoch import Preemption, StepBackup, StopWhenPreempted
 from tfdist.tf_imports import keras, tf
 from tfdist.tf_private import inputs_kept_alive, one_device_input_options, tracing_count
 from tfdist.train import precision
-from tfdist.train.callbacks import DivergenceGuard, EpochTimer, LinearWarmup, StartupTimer, steady_state
+from tfdist.train.callbacks import DivergenceGuard, EpochTimer, InputWait, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.checks import applied_compression
 from tfdist.train.models import build_model, compile_model, trained_weights
 
@@ -42,8 +42,8 @@ class TrainResult:
 
     Attributes:
         model: the trained Keras model (its variables belong to the strategy).
-        history: one dict per epoch with :data:`EPOCH_COLUMNS` (and, for the
-            custom loop, :data:`CUSTOM_LOOP_COLUMNS`).
+        history: one dict per epoch with :data:`EPOCH_COLUMNS` (and those of :data:`OPTIONAL_COLUMNS` the run
+            has: the custom loop's gradient statistics, the input's share).
         global_batch_size: examples per step across all replicas.
         learning_rate: the effective learning rate, after scaling (and warm-up).
         warmup_steps: steps of linear warm-up before ``learning_rate`` is reached.
@@ -54,6 +54,8 @@ class TrainResult:
             resumed run, plus the training time of the restored epochs.
         samples_per_second: training examples per second of training time.
         resumed_at_epoch: epochs restored from a backup (0: trained from scratch).
+        input_share: the share of the training time steps waited for their batch (epochs after the first;
+            None where not timed: :class:`tfdist.train.callbacks.InputWait`).
         steady_epoch_seconds: median training time of the epochs after the first
             (the first also traces the step functions), or of the only epoch.
         first_epoch_overhead_seconds: how much longer the first epoch took than that.
@@ -75,6 +77,7 @@ class TrainResult:
     samples_per_second: float
     resumed_at_epoch: int = 0
     steady_epoch_seconds: float = 0.0
+    input_share: float | None = None
     first_epoch_overhead_seconds: float = 0.0
     steady_samples_per_second: float = 0.0
     startup_seconds: float | None = None
@@ -129,7 +132,7 @@ def train_model(
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
                                          kept_alive=spec.multi_process or info.replicas > 1,
                                          done_epochs=backups.done_epochs, done_steps=backups.done_steps)
-    timer, startup = backups.timer, StartupTimer()
+    timer, startup, waits = backups.timer, StartupTimer(), input_waits(model)
     started = time.perf_counter()
     try:
         with backups.preemption.listening() if backups.preemption else contextlib.nullcontext():
@@ -140,7 +143,7 @@ def train_model(
                 epochs=config.train.epochs,
                 initial_epoch=backups.initial_epoch,
                 steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-                callbacks=[startup, timer, DivergenceGuard(), *backups.callbacks, *callbacks],
+                callbacks=[startup, timer, waits, DivergenceGuard(), *backups.callbacks, *callbacks],
                 verbose=2,
             )
     except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
@@ -158,6 +161,22 @@ def train_model(
     restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
     return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds)
+
+
+def input_share(history: list[dict[str, float]]) -> float | None:
+    """The input's share of the training time over the epochs after the first (the first too, where alone)."""
+    timed = [row for row in history if "input_share" in row]
+    steady = timed[1:] or timed
+    seconds = sum(row["epoch_seconds"] for row in steady)
+    return sum(row["input_share"] * row["epoch_seconds"] for row in steady) / seconds if seconds else None
+
+
+def input_waits(model: Any) -> InputWait:
+    """The callback adding the input's share to each epoch's logs, its steps timed into a variable of this process
+    (made outside the strategy's scope: each worker times its own)."""
+    waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_waited")
+    model.time_input_waits(waited)
+    return InputWait(waited)
 
 
 @dataclass(frozen=True)
@@ -338,6 +357,7 @@ class FitPlan:
             samples_per_second=samples * len(history) / (sum(row["epoch_seconds"] for row in history) or float("inf")),
             resumed_at_epoch=resumed_at, steady_epoch_seconds=steady, first_epoch_overhead_seconds=first_overhead,
             steady_samples_per_second=samples / steady if steady else 0.0, startup_seconds=startup_seconds,
+            input_share=input_share(history),
         )
 
 
@@ -375,7 +395,7 @@ def _epochs(history: dict[str, list[float]], epochs: list[int]) -> list[dict[str
     rows = []
     for i, epoch in enumerate(epochs):
         row: dict[str, float] = {"epoch": epoch + 1}
-        row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] + CUSTOM_LOOP_COLUMNS if key in history})
+        row.update({key: float(history[key][i]) for key in EPOCH_COLUMNS[1:] + OPTIONAL_COLUMNS if key in history})
         rows.append(row)
     return rows
 

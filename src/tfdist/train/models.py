@@ -49,13 +49,20 @@ class ReadsMetricsOncePerExecution(keras.Model):
     """
 
     _reads_metrics = True
+    _input_waited: Any = None
     train_function: Any  # Keras's, until make_train_function sets it
 
     def make_train_function(self, force: bool = False) -> Any:
         if (self.train_function is not None and not force) or not runs_steps_in_one_function(self):
             return super().make_train_function(force)
-        self.train_function = train_function_reading_metrics_last(self, self._reading_metrics)
+        self.train_function = train_function_reading_metrics_last(self, self._reading_metrics, self._input_waited)
         return self.train_function
+
+    @untracked
+    def time_input_waits(self, waited: Any) -> None:
+        """Add the seconds each training step waits for its batch to ``waited`` (a float64 variable made outside
+        the strategy's scope; not a weight): the input's share of the step (:class:`tfdist.train.callbacks.InputWait`)."""
+        self._input_waited = waited
 
     @contextlib.contextmanager
     def _reading_metrics(self, read: bool) -> Iterator[None]:

@@ -25,7 +25,7 @@ allocator: ## Install Debian's libjemalloc2 for the training processes, if it is
 
 # Every package at the version uv.lock pins (hashes checked): the environment the tests ran on.
 # Extras: dev (tests, lint), postgres (a PostgreSQL tracking store), auth (MLflow's basic-auth server), ray (Ray launcher), s3 (DVC remote and MLflow artifacts on S3).
-EXTRAS ?= dev postgres auth ray s3
+EXTRAS ?= dev postgres auth ray s3 tensorboard
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))

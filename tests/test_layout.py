@@ -106,6 +106,7 @@ MLFLOW_IMPORTERS = {
     "tfdist.tracking.schema": "migrates MLflow's schema once per version",
     "tfdist.tracking.server_app": "a plugin that runs inside mlflow server",
     "tfdist.tracking.mlflow_private": "MLflow's private API, each use tested",
+    "tfdist.tracking.board_folder": "reads training runs' metrics and traces for tfdist tensorboard",
 }
 
 
@@ -154,6 +155,7 @@ RUN_BY = {
     "tfdist_cli.__main__": "tests/cli/test_tfdist_command.py",
     "tfdist_cli.remote": "tests/cli/test_tfdist_command.py",
     "tfdist_cli.s3": "tests/tracking/test_object_store.py",
+    "tfdist_cli.tensorboard": "tests/train/test_profiling.py",
     "tfdist_cli.server": "tests/tracking/test_server_doors.py",
     "tfdist_cli.ui": "tests/pipeline/test_browser.py",
 }

@@ -196,14 +196,7 @@ def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], An
     callbacks. The context is entered around ``strategy.run``, not inside a
     replica: MirroredStrategy traces its replicas in threads side by side.
     Under ParameterServer the coordinator schedules the function on a worker,
-    with the step count of the moment, as tf_keras does. ``waited`` (a float64
-    variable of this process, not the strategy's) gets the seconds each step
-    waited for its batch added, in the graph: from the end of the step before
-    to the batch's arrival. That end is a timestamp carried through the loop,
-    taken once the optimizer's step count can be read, which is after the
-    step's every update: the loop's iterations overlap (a timestamp before
-    ``next`` runs while the step before computes), and the loss exists before
-    the backward pass. Not under ParameterServer: its steps run on the workers.
+    with the step count of the moment, as tf_keras does. ``waited``: :func:`_waited_for`.
     """
     strategy, coordinator = model.distribute_strategy, model._cluster_coordinator
     timed = waited is not None and coordinator is None
@@ -220,9 +213,7 @@ def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], An
         run = tf.function(one, jit_compile=True, reduce_retracing=True) if model.jit_compile else one
         data = next(iterator)
         if timed:
-            with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
-                arrived = tf.timestamp()
-            waited.assign_add(tf.maximum(arrived - previous_done, 0.0))
+            _waited_for(data, previous_done, waited)
         with reading(read):
             outputs = strategy.run(run, args=(data,))
         if not timed:
@@ -245,6 +236,21 @@ def train_function_reading_metrics_last(model: Any, reading: Callable[[bool], An
     model.train_tf_function = tf.function(lambda iterator: steps(iterator, model._steps_per_execution),
                                           reduce_retracing=True)
     return model.train_tf_function
+
+
+def _waited_for(data: Any, previous_done: Any, waited: Any) -> None:
+    """Add to ``waited`` (a float64 variable of this process, not the strategy's) how long a step waited for its
+    batch ``data``, in the graph: from the end of the step before (``previous_done``) to the batch's arrival, nothing
+    where the batch came first.
+
+    That end is a timestamp carried through fit's loop, taken once the optimizer's step count can be read, which is
+    after the step's every update: the loop's iterations overlap (a timestamp before ``next`` runs while the step
+    before computes), and the loss exists before the backward pass. Not under ParameterServer: its steps run on the
+    workers.
+    """
+    with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
+        arrived = tf.timestamp()
+    waited.assign_add(tf.maximum(arrived - previous_done, 0.0))
 
 
 #: Where tf_keras's ``BackupAndRestore`` keeps its last finished epoch (0-based), and the chief's checkpoint folder.

@@ -77,6 +77,7 @@ def document(comparison: Comparison) -> list[Block]:
         _interval_note(rows),
         *_rounds_table(rows),
         *_disturbed_note(rows),
+        *_profiled_note(rows),
         ("p", "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync); "
               "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to)."),
         *_asynchronous_note(rows),
@@ -124,6 +125,17 @@ def _disturbed_note(rows: list[RunRow]) -> list[Block]:
         return []
     return [("p", "**Disturbed while training:** " + "; ".join(flagged) + ". Their timings are partly the machine's: "
                   "run them again on a quiet machine before trusting a close call.")]
+
+
+def _profiled_note(rows: list[RunRow]) -> list[Block]:
+    """The runs traced in TensorFlow's profiler: the epoch captured was slowed by it, and left out of steady figures."""
+    flagged = [f"{row.name} ({row.report.profiled_steps} steps of epoch {row.report.profiled_epoch})"
+               for row in rows if row.report.profiled_steps]
+    if not flagged:
+        return []
+    return [("p", "**Profiled:** " + "; ".join(flagged) + ". The capture slows the epoch it watches: the steady "
+                  "figures leave that epoch out, the whole run's do not. The traces are in each run's MLflow artifacts "
+                  "(profile/): `tfdist tensorboard` shows them.")]
 
 
 def table_markdown(table: Table, rows: list[RunRow]) -> str:

@@ -188,6 +188,8 @@ class TrainConfig:
         backup_every: steps between the backups within an epoch (0: at each
             epoch's end only), besides the one a SIGTERM asks for
             (:mod:`tfdist.resume.within_epoch`); a rerun goes on from the last.
+        profile_steps: steady steps every training process captures in TensorFlow's profiler, from the
+            second epoch (0: none; :mod:`tfdist.train.profiling`); decides the timings it slows.
     """
 
     epochs: int = _knob(10, decides=_TRAIN, ge=1)
@@ -202,6 +204,7 @@ class TrainConfig:
     clip: ClipConfig = field(default_factory=ClipConfig)
     jit_compile: bool = _knob(False, decides=_TRAIN)
     backup_every: int = _knob(2000, decides=(), role="operational", ge=0)
+    profile_steps: int = _knob(0, decides=_TRAIN, ge=0)
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,8 @@ class TrainReport:
         allocator: the C allocator its process ran with (``runtime.allocator``; ``system`` in older reports).
         input_share: the share of its training time the chief's steps waited for their batch (epochs after the
             first; None where not timed: one step per call, ParameterServer, older reports).
+        profiled_steps, profiled_epoch: the steps its tasks captured in TensorFlow's profiler, and the epoch (1-based)
+            they were in (0: not profiled; ``train.profile_steps``); its steady figures leave that epoch out.
     """
 
     name: str
@@ -207,6 +209,8 @@ class TrainReport:
     allocator: str = "system"
     input_share: float | None = field(default=None, metadata=measure(
         mlflow="input_share", table="results", heading="input wait", format="{:.0%}", better="lower"))
+    profiled_steps: int = 0
+    profiled_epoch: int = 0
 
     @property
     def disturbed(self) -> str:

@@ -6,6 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Where a run's traces go (``train.profile_steps``): the folder, under a task's scratch, each task writes into (its
+#: own folder inside, TensorBoard's layout ``<task>/plugins/profile/<moment>/<host>.xplane.pb``), and the run's MLflow
+#: artifact path for them.
+PROFILE_FOLDER = "profile"
+
 
 @dataclass(frozen=True)
 class RunPaths:

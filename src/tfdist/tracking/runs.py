@@ -250,6 +250,11 @@ def reopen(run_id: str) -> Iterator[None]:
         yield
 
 
+def log_folder(folder: Path, artifact_path: str) -> None:
+    """Attach a folder's tree to the active run, under ``artifact_path``."""
+    mlflow.log_artifacts(str(folder), artifact_path=artifact_path)
+
+
 def log_artifacts(paths: list[Path], artifact_path: str | None = None) -> None:
     """Attach files to the active run."""
     for path in paths:

@@ -181,3 +181,31 @@ async def _respond(send: Send, status: int, reason: str) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+#: TensorBoard's profile plugin's "Capture profile": the server connects to any address asked and writes what it
+#: gets into the served folder. tfdist captures with ``train.profile_steps``; this door stays shut.
+TENSORBOARD_CAPTURE = "/data/plugin/profile/capture_profile"
+_STATUS = {403: "403 Forbidden", 404: "404 Not Found", 421: "421 Misdirected Request"}
+
+
+class WsgiDoors:
+    """The same doors in front of a WSGI app (``tfdist tensorboard``'s TensorBoard), with its capture shut."""
+
+    def __init__(self, app: Callable[..., Any], policy: DoorPolicy) -> None:
+        self.app = app
+        self.doors = ServerDoors(app, policy)  # only its refusal is used
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO", "/")
+        headers = [(b"host", environ["HTTP_HOST"].encode("latin-1"))] if "HTTP_HOST" in environ else []
+        if "HTTP_ORIGIN" in environ:
+            headers.append((b"origin", environ["HTTP_ORIGIN"].encode("latin-1")))
+        refusal = self.doors.refusal({"type": "http", "path": path, "headers": headers})
+        if refusal is None and TENSORBOARD_CAPTURE in posixpath.normpath("/" + path.lstrip("/")):
+            refusal = 404, "TensorBoard's capture is off in tfdist tensorboard: train.profile_steps captures a run"
+        if refusal is None:
+            return self.app(environ, start_response)
+        body = json.dumps({"error_code": "PERMISSION_DENIED", "message": refusal[1]}).encode()
+        start_response(_STATUS[refusal[0]], [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]

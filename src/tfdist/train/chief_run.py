@@ -16,18 +16,20 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from tfdist.cluster.launcher import SCRATCH_ENV
 from tfdist.config.knobs import MIXED_PRECISIONS
 from tfdist.config.params import to_flat_dict
 from tfdist.data.prepared import prepared_digest, scaled
+from tfdist.distribute.cluster_spec import ClusterTask, tasks_of
 from tfdist.files import atomic
 from tfdist.hardware import CpuMeter, Hardware, describe, usable_cpus
 from tfdist.records.history import write_history
 from tfdist.records.measures import mlflow_metrics
 from tfdist.records.reports import PrecisionSupport, ThreadSettings, TrainOutputs, TrainReport, to_dict, write_report
-from tfdist.records.run_names import run_label
+from tfdist.records.run_names import PROFILE_FOLDER, run_label
 from tfdist.resume import rerun
 from tfdist.resume.checkpoints import Moments
 from tfdist.resume.outbox import MetricsOutbox, TrackedEpochs
@@ -43,6 +45,7 @@ from tfdist.train.checks import applied_compression
 from tfdist.train.fit import TrainResult, weights_digest
 from tfdist.train.models import export_copy
 from tfdist.train.precision import HardwareSupport, announce, hardware_support
+from tfdist.train.profiling import traces
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
 
@@ -54,6 +57,7 @@ _END = "the run's end (FINISHED)"
 _MISSING_AFTER = {
     "the model": ("the model", "the summary metrics", _END),
     "the model version's tags": ("the model version's tags", "the summary metrics", _END),
+    "the traces": ("the traces", "the summary metrics", _END),
     "the summary metrics": ("the summary metrics", _END),
     "the epochs' metrics": (_END,),
     _END: (_END,),
@@ -102,6 +106,25 @@ class Recording:
             models.tag_version(register_as, version, {"strategy": self.recorder.info.name,
                                                       "run_name": self.recorder.name, "loop": train.loop,
                                                       "precision": train.precision}, self.patience)
+
+    def log_traces(self, root: Path, result: TrainResult) -> None:
+        """Log every task's trace found under ``root`` to the run (``profile/<task>/...``, TensorBoard's layout) and
+        tag it with what was captured; a task whose trace is not there (on its own host) is named in one line."""
+        recorder = self.recorder
+        if not recorder.config.train.profile_steps:
+            return
+        found = traces(root)
+        tasks = sorted({trace.relative_to(root).parts[0] for trace in found})
+        if missing := [task for task in training_tasks(recorder.task, recorder.spec.coordinated) if task not in tasks]:
+            log.warning("profiling: no trace of %s under %s (written on another host?)", ", ".join(missing), root)
+        if not found:
+            return
+        self.patience.call(lambda: runs.log_folder(root, PROFILE_FOLDER), "the traces")
+        self.patience.call(lambda: runs.set_tags({"tfdist.profiled": f"{result.profiled_steps} steps of epoch "
+                                                                     f"{result.profiled_epoch}: {', '.join(tasks)}"}),
+                           "the traces")
+        log.info("profiling: %d traces (%s) logged to MLflow run %s under %s/", len(found), ", ".join(tasks),
+                 self.run_id, PROFILE_FOLDER)
 
     def summarize(self, result: TrainResult, digest: str, cpu: CpuMeter) -> TrainOutputs:
         """Build the report of the weights ``digest`` names (or reuse the one a killed run recorded) and log its
@@ -244,6 +267,15 @@ class ChiefRun:
             machine=cpu.noise, dataset=self.data.describe(),
             gradient_compression=applied_compression(self.spec, self.config), allocator=allocator_in_use(),
         )
+
+
+def training_tasks(task: ClusterTask | None, coordinated: bool) -> list[str]:
+    """The names of the tasks that run ``fit`` (so capture their steps): a coordinated cluster's chief alone."""
+    if task is None:
+        return ["main"]
+    if coordinated:
+        return [task.name]
+    return [peer.name for peer in tasks_of(task.cluster) if peer.task_type in ("chief", "worker")]
 
 
 def detect_hardware(cluster_hosts: list[str] | None) -> Hardware:

@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, InputWait, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.checks import applied_compression
 from tfdist.train.models import build_model, compile_model, trained_weights
+from tfdist.train.profiling import ProfileEpoch, profile_callback
 
 
 @dataclass
@@ -64,6 +66,9 @@ class TrainResult:
             (imports, strategy, data, tracking), or None where unknown.
         collectives: the all-reduce's cost between the workers, measured after
             training (synchronous multi-worker runs; None elsewhere).
+        profiled_steps: steps this process captured in the profiler (``train.profile_steps``; 0: none).
+        profiled_epoch: the epoch they were in (1-based; 0: none); the steady figures leave it out where
+            other steady epochs remain: the capture slows it.
     """
 
     model: keras.Model
@@ -82,6 +87,8 @@ class TrainResult:
     steady_samples_per_second: float = 0.0
     startup_seconds: float | None = None
     collectives: CollectiveCosts | None = None
+    profiled_steps: int = 0
+    profiled_epoch: int = 0
 
     def final(self) -> dict[str, float]:
         """The last epoch's loss/accuracy and val_loss/val_accuracy."""
@@ -108,6 +115,7 @@ def train_model(
     backup: RunBackup | None = None,
     record_backup: bool = True,
     moments: Moments | None = None,
+    profile_dir: Path | None = None,
 ) -> TrainResult:
     """Build, compile and ``fit`` the model of ``model.kind`` for ``data`` under ``strategy`` (``info``: what it is).
 
@@ -120,6 +128,8 @@ def train_model(
     last backup, reading the batches the uninterrupted run would; ``record_backup`` (the chief) also keeps the
     history there, and the returned history then covers every epoch. ``callbacks`` see an epoch once it is backed
     up; ``moments`` is told each moment of an epoch's backup (:func:`tfdist.resume.checkpoints.resume_callbacks`).
+    With ``train.profile_steps``, this process's steady steps are captured into ``profile_dir``
+    (:mod:`tfdist.train.profiling`).
 
     Raises:
         InputError: the training split is smaller than one global batch.
@@ -133,6 +143,8 @@ def train_model(
                                          kept_alive=spec.multi_process or info.replicas > 1,
                                          done_epochs=backups.done_epochs, done_steps=backups.done_steps)
     timer, startup, waits = backups.timer, StartupTimer(), input_waits(model)
+    profile = profile_callback(config.train.profile_steps, profile_dir, backups.initial_epoch, config.train.epochs,
+                               plan.steps, plan.asynchronous)
     started = time.perf_counter()
     try:
         with backups.preemption.listening() if backups.preemption else contextlib.nullcontext():
@@ -143,24 +155,31 @@ def train_model(
                 epochs=config.train.epochs,
                 initial_epoch=backups.initial_epoch,
                 steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-                callbacks=[startup, timer, waits, DivergenceGuard(), *backups.callbacks, *callbacks],
+                callbacks=[startup, timer, waits, *([profile] if profile else []), DivergenceGuard(), *backups.callbacks,
+                           *callbacks],
                 verbose=2,
             )
-    except (tf.errors.OpError, OSError) as err:  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
-        if isinstance(err, tf.errors.DataLossError):  # a prepared file's record failed its CRC as it was read
-            what = re.sub(r"\{\{.*?\}\}\s*", "", err.message.splitlines()[0])  # TensorFlow's function names
-            raise InputError(f"the prepared data in {train.folder} is damaged (TensorFlow: {what}); rerun the "
-                             "preprocess stage (dvc repro preprocess)") from None
-        if backup is None or not disk.is_disk_full(err):
-            raise
-        raise disk.disk_full_in(backup.folder.parent.parent, "while backing up an epoch",
-                                  "training resumes from the last epoch backed up") from None
+    except (tf.errors.OpError, OSError) as err:
+        raise _fit_error(err, train, backup) from None
     seconds = time.perf_counter() - started
     history = _epochs(fit.history, fit.epoch)
     resumed_at = int(history[0]["epoch"]) - 1 if history else config.train.epochs
     restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
-    return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds)
+    return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds,
+                       profile)
+
+
+def _fit_error(err: Exception, train: PreparedSplit, backup: RunBackup | None) -> Exception:
+    """What to raise for ``err`` from ``fit``: damaged prepared data or a full disk in one line, else ``err``."""
+    if isinstance(err, tf.errors.DataLossError):  # a prepared file's record failed its CRC as it was read
+        what = re.sub(r"\{\{.*?\}\}\s*", "", err.message.splitlines()[0])  # TensorFlow's function names
+        return InputError(f"the prepared data in {train.folder} is damaged (TensorFlow: {what}); rerun the "
+                          "preprocess stage (dvc repro preprocess)")
+    if backup is None or not disk.is_disk_full(err):  # the epoch's backup: TensorFlow's checkpoint writer, or state.json
+        return err
+    return disk.disk_full_in(backup.folder.parent.parent, "while backing up an epoch",
+                             "training resumes from the last epoch backed up")
 
 
 def input_share(history: list[dict[str, float]]) -> float | None:
@@ -264,6 +283,11 @@ class FitPlan:
                 f"train.batch_size {config.train.batch_size} x {info.replicas} replicas = {global_batch} "
                 f"exceeds the {train_size} training images; lower train.batch_size"
             )
+        profile = config.train.profile_steps
+        if profile and (profile > steps or config.train.epochs < 2):
+            raise InputError(f"train.profile_steps {profile} asks for more than an epoch's steady steps "
+                             f"({steps} steps an epoch, from the second of {config.train.epochs}); set it to at most "
+                             f"{steps}, with train.epochs 2 or more, or 0 for none")
         asynchronous = not info.synchronous
         val_batch, val_steps, shards = global_batch, -(-val_size // global_batch) or None, 0
         if asynchronous and val_size:
@@ -344,9 +368,12 @@ class FitPlan:
         return make_ordered(val, self.val_batch, endless=self.val_steps is not None)
 
     def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
-               startup_seconds: float | None) -> TrainResult:
-        """What the fit gave and cost, with throughput from the epochs' training time."""
-        steady, first_overhead = steady_state(history)
+               startup_seconds: float | None, profile: ProfileEpoch | None = None) -> TrainResult:
+        """What the fit gave and cost, with throughput from the epochs' training time (the steady figures without
+        the profiled epoch, where others remain)."""
+        profiled = profile.epoch + 1 if profile and profile.captured else 0
+        unprofiled = [row for row in history if row["epoch"] != profiled]
+        steady, first_overhead = steady_state(unprofiled if len(unprofiled) > 1 else history)
         samples = self.steps * self.global_batch
         return TrainResult(
             model=model, history=history, global_batch_size=self.global_batch, learning_rate=self.learning_rate,
@@ -357,7 +384,7 @@ class FitPlan:
             samples_per_second=samples * len(history) / (sum(row["epoch_seconds"] for row in history) or float("inf")),
             resumed_at_epoch=resumed_at, steady_epoch_seconds=steady, first_epoch_overhead_seconds=first_overhead,
             steady_samples_per_second=samples / steady if steady else 0.0, startup_seconds=startup_seconds,
-            input_share=input_share(history),
+            input_share=input_share(history), profiled_steps=profile.captured if profile else 0, profiled_epoch=profiled,
         )
 
 

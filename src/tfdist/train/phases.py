@@ -55,6 +55,8 @@ def train_task(config: Config, spec: StrategySpec, name: str, paths: RunPaths, t
             crash_point("model.written")
             recording.log_model(saved)
             crash_point("model.logged")
+            recording.log_traces(trainer.profile_root, result)
+            trainer.remove_own_scratch()
             trained = recording.summarize(result, digest, cpu)
             crash_point("run.summary")
         return trained

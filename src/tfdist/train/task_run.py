@@ -18,8 +18,10 @@ trains and leaves a record in a scratch folder, and never imports MLflow
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,7 +34,7 @@ from tfdist.distribute.builders import StrategyInfo, build_strategy
 from tfdist.distribute.cluster_spec import ClusterTask
 from tfdist.distribute.registry import StrategySpec
 from tfdist.files import atomic
-from tfdist.records.run_names import RunPaths
+from tfdist.records.run_names import PROFILE_FOLDER, RunPaths
 from tfdist.resume.backup import RunBackup, open_backup, run_key
 from tfdist.resume.checkpoints import Moments, set_aside_if_damaged
 from tfdist.runtime.threads import configure_runtime
@@ -98,6 +100,23 @@ class TaskRun:
         """The prepared data's ``spec.json``, whose bytes are in the backup's key: it gives every shard's SHA-256."""
         return [self.paths.prepared / SPEC_FILE]
 
+    @functools.cached_property
+    def scratch(self) -> Path:
+        """Where this task keeps what is not a stage output: the local launcher's scratch folder (its every task's),
+        or a folder of its own."""
+        return Path(os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-"))
+
+    def remove_own_scratch(self) -> None:
+        """Remove the scratch folder this task made for itself, if it made one (the launcher's stays for its tasks)."""
+        if "scratch" in self.__dict__ and not os.environ.get(SCRATCH_ENV):
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    @property
+    def profile_root(self) -> Path:
+        """The folder every task of this run writes its trace into, each in a folder named after it
+        (``train.profile_steps``; the chief logs what it finds there to the MLflow run)."""
+        return self.scratch / self.name / PROFILE_FOLDER
+
     def fit(self, callbacks: list[keras.callbacks.Callback] | tuple = (), record_backup: bool = True,
             moments: Moments | None = None) -> TrainResult:
         """Train, backing up every epoch (and resuming from the backup when it holds epochs); ``moments`` is told
@@ -113,7 +132,7 @@ class TaskRun:
         with peers_watched(self.task, self.config.distributed.heartbeat_timeout):
             result = train_model(self.config, self.spec, self.strategy, self.info, data=self.data,
                                  train=self.train_split, val=self.val_split, callbacks=callbacks, backup=self.backup,
-                                 record_backup=record_backup, moments=moments)
+                                 record_backup=record_backup, moments=moments, profile_dir=self.profile_dir)
             if not (self.spec.multi_process and self.info.synchronous and self.info.workers > 1):
                 return result
             sent = collectives.gradient_bytes(result.model, applied_compression(self.spec, self.config))
@@ -124,13 +143,17 @@ class TaskRun:
                  1e3 * costs.latency_seconds, 1e9 * costs.seconds_per_byte)
         return dataclasses.replace(result, collectives=costs)
 
+    @property
+    def profile_dir(self) -> Path | None:
+        """Where this task's trace goes, with ``train.profile_steps``."""
+        return self.profile_root / (self.task.name if self.task else "main") if self.config.train.profile_steps else None
+
     def fit_beside_chief(self, moments: Moments | None = None) -> None:
         """A worker other than the chief: train beside it (the collectives need it), and keep the weights' digest and
         the history in a scratch folder, outside the stage's outputs."""
         assert self.task is not None, "only a cluster has workers besides its chief"
         result = self.fit(record_backup=False, moments=moments)
         digest = weights_digest(result.model)
-        root = os.environ.get(SCRATCH_ENV) or tempfile.mkdtemp(prefix="tfdist-scratch-")
-        path = Path(root) / self.name / f"{self.task.name}.json"
+        path = self.scratch / self.name / f"{self.task.name}.json"
         atomic.write_json(path, {"task": self.task.name, "weights_sha256": digest, "history": result.history})
         log.info("%s: final weights sha256 %s; not the chief, so saved only %s", self.task.name, digest, path)

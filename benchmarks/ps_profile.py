@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.stage import data_folder  # noqa: E402
-from benchmarks.traces import host_events, profiled_stage  # noqa: E402
+from benchmarks.traces import profiled_stage  # noqa: E402
 from tfdist.train.server import profiler_order  # noqa: E402
+from tfdist.train.trace_parts import host_events  # noqa: E402
 
 #: The local cluster profiled: the coordinating chief, 1 ps, 2 workers, in the order of their profiler ports.
 COUNTS = {"chief": 1, "ps": 1, "worker": 2}

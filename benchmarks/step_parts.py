@@ -33,13 +33,12 @@ from typing import Any
 from benchmarks.harness import Options, grid
 from benchmarks.results import Cell, Result, median, spread
 from benchmarks.stage import StageRuns, model_settings, report
-from benchmarks.traces import host_events, profiled_stage
+from benchmarks.traces import profiled_stage
+from tfdist.train.trace_parts import host_events, steady, step_parts
 
 TITLE = "A multi_worker_mirrored step's parts, from TensorFlow's profiler in both workers"
 DEFAULTS = {"models": ("cnn",), "epochs": 8, "extra": {"ms": 2000}}
 WORKERS = 2
-#: The all-reduces the metrics' results make once a call: not the gradients'.
-_METRIC_REDUCE = "div_no_nan"
 #: The op TensorFlow runs when it did not rewrite a pooling gradient to oneDNN's (``_MklNativeMaxPoolGrad``).
 _EIGEN_POOLING_GRADIENT = ":MaxPoolGrad"
 
@@ -50,63 +49,6 @@ def cells(options: Options) -> list[dict[str, Any]]:
 
 def setup(options: Options) -> StageRuns:
     return StageRuns.make("step-parts")
-
-
-def gradient_reduces(events: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
-    """The spans of the gradients' all-reduce, one a step: the most frequent collective of the capture."""
-    counts: dict[str, int] = {}
-    for name, _, _ in events:
-        if name.endswith(":CollectiveReduceV2") and _METRIC_REDUCE not in name:
-            counts[name] = counts.get(name, 0) + 1
-    if not counts:
-        raise SystemExit("error: the capture holds no all-reduce of the gradients; capture longer (--set ms=...)")
-    gradients = max(counts, key=lambda name: counts[name])
-    return sorted((start, end) for name, start, end in events if name == gradients)
-
-
-def busy(spans: list[tuple[int, int]], low: int, high: int) -> int:
-    """How much of ``[low, high]`` the ``spans`` cover, each moment once."""
-    covered, reach = 0, low
-    for start, end in spans:
-        start, end = max(start, reach), min(end, high)
-        if end > start:
-            covered += end - start
-            reach = end
-    return covered
-
-
-def _is_op(name: str) -> bool:
-    """Whether a host event is an op's kernel (``node/name:OpType``), not a runtime activity."""
-    return ":" in name and "::" not in name and " " not in name and not name.startswith(":")
-
-
-def step_parts(first: list[tuple[str, int, int]], second: list[tuple[str, int, int]]) -> list[dict[str, float]]:
-    """Each step both workers' traces hold, split (ms): step, compute, between ops, wire, waiting for the peer."""
-    workers = []
-    for events in (first, second):
-        ops = sorted((start, end) for name, start, end in events if _is_op(name) and "Collective" not in name)
-        workers.append((gradient_reduces(events), ops))
-    (reduces_a, _), (reduces_b, _) = workers
-    pairs = [(a, min(reduces_b, key=lambda b: abs(b[1] - a[1]))) for a in reduces_a]  # they end together
-    steps = []
-    for before, now in zip(pairs, pairs[1:], strict=False):
-        later = max((0, 1), key=lambda w: now[w][0])
-        ops = workers[later][1]
-        window_start, arrived, end = before[later][1], now[later][0], now[later][1]
-        period = max(now[0][1], now[1][1]) - max(before[0][1], before[1][1])
-        if period <= 0 or arrived <= window_start:
-            continue
-        compute = busy(ops, window_start, arrived)
-        steps.append({"step_ms": period / 1e9, "compute_ms": compute / 1e9,
-                      "between_ops_ms": (arrived - window_start - compute) / 1e9, "wire_ms": (end - arrived) / 1e9,
-                      "waiting_ms": (arrived - now[1 - later][0]) / 1e9})
-    return steps
-
-
-def steady(steps: list[dict[str, float]]) -> list[dict[str, float]]:
-    """The steps within an epoch: those a validation or an epoch's end lands in (over 1.5x the median) left out."""
-    typical = statistics.median(step["step_ms"] for step in steps)
-    return [step for step in steps if step["step_ms"] <= 1.5 * typical]
 
 
 def profiled_run(context: StageRuns, sets: list[str], ms: int) -> tuple[Path, str]:

@@ -79,23 +79,6 @@ def test_listing_the_benchmarks_imports_none_of_them():
     assert (REPO / "benchmarks" / "results").is_dir()
 
 
-def test_a_steps_parts_from_two_workers_traces_add_up_to_the_step_and_name_who_waited():
-    from benchmarks.step_parts import step_parts
-
-    ms = 10**9  # picoseconds
-    reduce = "while/body/_1/while/Adam/CollectiveReduceV2:CollectiveReduceV2"
-    op = "while/body/_1/while/cnn/conv2d/Relu:_MklNativeFusedConv2D"
-    metric = "while/body/_1/while/div_no_nan/CollectiveReduceV2:CollectiveReduceV2"
-    first = [(op, 0, 50 * ms), (reduce, 50 * ms, 60 * ms), (op, 60 * ms, 110 * ms), (reduce, 110 * ms, 121 * ms),
-             (metric, 121 * ms, 122 * ms)]
-    # the second worker's ops leave 4 ms between them in its second step, and it reaches the all-reduce last
-    second = [(op, 0, 55 * ms), (reduce, 55 * ms, 60 * ms), (op, 60 * ms, 100 * ms), (op, 104 * ms, 118 * ms),
-              (reduce, 118 * ms, 121 * ms), (metric, 121 * ms, 122 * ms)]
-    (step,) = step_parts(first, second)
-    assert step == {"step_ms": 61.0, "compute_ms": 54.0, "between_ops_ms": 4.0, "wire_ms": 3.0, "waiting_ms": 8.0}
-    assert step["compute_ms"] + step["between_ops_ms"] + step["wire_ms"] == step["step_ms"]
-
-
 def test_at_most_two_benchmarks_stay_scripts_each_saying_why():
     scripts = sorted(name for name in harness.benchmark_names() if not harness.describe(name)[0])
     assert scripts == ["ps_profile", "suite_cpu"], f"move {scripts} onto the harness, or say in the docstring why not"

@@ -417,7 +417,7 @@ def test_a_target_no_run_reaches_is_said_and_the_report_is_still_written():
                    "(normal 5%, mirrored 40%). More replicas or machines do not cure that"),
     ((0.05, 0.10), "No run waited for its input for 25% of its training time or more (normal 5%, mirrored 10%): "
                    "the steps set the pace."),
-    ((None, None), "Not timed: the steps' wait for their input is measured where fit runs several steps a call"),
+    ((None, None), "Not timed: the steps' wait for their input is measured in normal training"),
 ])
 def test_the_advice_says_which_run_waited_for_its_input_and_what_to_turn(shares, says):
     runs = {"normal": train_report("default", 10.0, input_share=shares[0]),

@@ -9,19 +9,24 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from types import SimpleNamespace
 
 import mlflow
 import pytest
 
+from tfdist.compare.compute import build_comparison
+from tfdist.compare.render import render_markdown
 from tfdist.config.params import load_config
 from tfdist.distribute.builders import StrategyInfo
 from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 from tfdist.train.fit import FitPlan
 from tfdist.train.profiling import ProfileSteps, profile_callback
+from tfdist.train.trace_parts import step_parts
 
-from helpers.project import REPO, local_mode_environment, tiny_params, train_stage_command
+from helpers.project import local_mode_environment, tiny_params, train_stage_command
+from helpers.reports import eval_report, train_report
 
 PROFILED = {"epochs": 3, "profile_steps": 10, "steps_per_execution": 5}
 
@@ -58,6 +63,33 @@ def test_each_run_is_a_folder_of_scalars_named_as_the_ui_names_it(tmp_path):
     assert [(e.step, round(e.value, 3)) for e in events.Scalars("val_accuracy")] == [(1, 0.9), (2, 0.95)]
 
 
+def test_a_steps_parts_from_two_workers_traces_add_up_to_the_step_and_name_who_waited():
+    ms = 10**9  # picoseconds
+    reduce = "while/body/_1/while/Adam/CollectiveReduceV2:CollectiveReduceV2"
+    op = "while/body/_1/while/cnn/conv2d/Relu:_MklNativeFusedConv2D"
+    metric = "while/body/_1/while/div_no_nan/CollectiveReduceV2:CollectiveReduceV2"
+    first = [(op, 0, 50 * ms), (reduce, 50 * ms, 60 * ms), (op, 60 * ms, 110 * ms), (reduce, 110 * ms, 121 * ms),
+             (metric, 121 * ms, 122 * ms)]
+    # the second worker's ops leave 4 ms between them in its second step, and it reaches the all-reduce last
+    second = [(op, 0, 55 * ms), (reduce, 55 * ms, 60 * ms), (op, 60 * ms, 100 * ms), (op, 104 * ms, 118 * ms),
+              (reduce, 118 * ms, 121 * ms), (metric, 121 * ms, 122 * ms)]
+    (step,) = step_parts(first, second)
+    assert step == {"step_ms": 61.0, "compute_ms": 54.0, "between_ops_ms": 4.0, "wire_ms": 3.0, "waiting_ms": 8.0}
+    assert step["compute_ms"] + step["between_ops_ms"] + step["wire_ms"] == step["step_ms"]
+
+
+def test_the_report_names_a_profiled_run_and_shows_its_steps_parts():
+    traced = {"profiled_steps": 10, "profiled_epoch": 2, "traced_step_ms": 4.0, "traced_compute_ms": 2.5,
+              "traced_between_ops_ms": 0.5, "traced_wire_ms": 1.0, "traced_waiting_ms": 0.3, "traced_steps": 9}
+    comparison = build_comparison(
+        {"normal": train_report("default", 10.0),
+         "multi_worker_mirrored": replace(train_report("multi_worker_mirrored", 9.0, 2), **traced)},
+        {"normal": eval_report("normal", 0.95, 0.2), "multi_worker_mirrored": eval_report("multi_worker_mirrored", 0.95, 0.2)})
+    markdown = render_markdown(comparison)
+    assert "**Profiled:** multi_worker_mirrored (10 steps of epoch 2)" in markdown
+    assert "| multi_worker_mirrored | 4.00 | 2.50 | 0.50 | 1.00 | 0.30 |" in markdown, markdown
+
+
 def _free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -77,11 +109,15 @@ def _get(url, headers=None):
 @pytest.mark.slow
 def test_a_profiled_cluster_run_holds_each_workers_trace_and_tensorboard_serves_them(tmp_path, prepared_copy):
     tiny_params(tmp_path, model={"kind": "cnn"}, train=PROFILED)
-    done = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored", "profiled"), cwd=REPO,
+    done = subprocess.run(train_stage_command(tmp_path, "multi_worker_mirrored", "profiled"), cwd=tmp_path,
                           env=local_mode_environment(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "reports" / "profiled.json").read_text())
     assert (report["profiled_epoch"], report["profiled_steps"]) == (2, 10), "steps 1-10 of epoch 2, two calls of 5"
+    parts = {key: report[f"traced_{key}"] for key in ("step_ms", "compute_ms", "between_ops_ms", "wire_ms")}
+    assert report["traced_steps"] >= 3 and parts["compute_ms"] > 0 and parts["wire_ms"] > 0, report
+    added = parts["compute_ms"] + parts["between_ops_ms"] + parts["wire_ms"]
+    assert added == pytest.approx(parts["step_ms"], rel=0.10), ("the parts add up to the traced step", parts)
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     run = mlflow.MlflowClient().get_run(report["mlflow_run_id"])
     assert run.data.tags["tfdist.profiled"] == "10 steps of epoch 2: worker-0, worker-1"
@@ -110,7 +146,7 @@ def test_a_profiled_cluster_run_holds_each_workers_trace_and_tensorboard_serves_
             time.sleep(1)
         assert status == 200 and "profile/worker-0" in runs and "profile/worker-1" in runs, runs
         status, scalars = _get(f"{base}/data/plugin/scalars/tags")
-        assert status == 200 and "val_accuracy" in scalars and "input_share" in scalars, scalars
+        assert status == 200 and "val_accuracy" in scalars and "epoch_seconds" in scalars, scalars
         assert _get(f"{base}/data/plugin/profile/runs", {"Host": f"evil.example:{port}"})[0] == 421, "DNS rebinding"
         assert _get(f"{base}/data/plugin/profile/runs", {"Origin": "http://localhost:8888"})[0] == 403, "another page"
         status, why = _get(f"{base}/data/plugin/profile/capture_profile?service_addr=127.0.0.1:1&duration=10")

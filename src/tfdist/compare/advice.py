@@ -199,8 +199,9 @@ def _input_advice(rows: list[RunRow]) -> str:
     """Whether a run waited for its input (:data:`INPUT_BOUND` of its training time), and what to turn then."""
     timed = [row for row in rows if row.report.input_share is not None]
     if not timed:
-        return "Not timed: the steps' wait for their input is measured where fit runs several steps a call " \
-               "(train.steps_per_execution > 1), outside parameter_server."
+        return "Not timed: the steps' wait for their input is measured in normal training (one replica in one " \
+               "process) where fit runs several steps a call (train.steps_per_execution > 1); a profiled run's " \
+               "traces show every worker's (tfdist tensorboard, the input-pipeline analyser)."
     bound = [row for row in timed if (row.report.input_share or 0.0) >= INPUT_BOUND]
     shares = ", ".join(f"{row.name} {row.report.input_share:.0%}" for row in timed)
     if not bound:

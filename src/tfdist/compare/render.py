@@ -133,9 +133,16 @@ def _profiled_note(rows: list[RunRow]) -> list[Block]:
                for row in rows if row.report.profiled_steps]
     if not flagged:
         return []
+    split = [row for row in rows if row.report.traced_step_ms is not None]
     return [("p", "**Profiled:** " + "; ".join(flagged) + ". The capture slows the epoch it watches: the steady "
                   "figures leave that epoch out, the whole run's do not. The traces are in each run's MLflow artifacts "
-                  "(profile/): `tfdist tensorboard` shows them.")]
+                  "(profile/): `tfdist tensorboard` shows them."),
+            *([("h2", "The step's parts, from the workers' traces"), _table("parts", split),
+               ("p", "Each traced step split on the worker that came last to the gradients' all-reduce: its ops' "
+                     "time (compute), the rest until it reached the all-reduce (between ops: the executor's "
+                     "hand-offs, the next batch), and the all-reduce itself (the wire); the three add up to the "
+                     "step. Beside them, how long the earlier worker waited for the later one. Medians over the "
+                     "profiled steps, slowed a little by the capture itself.")] if split else [])]
 
 
 def table_markdown(table: Table, rows: list[RunRow]) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 #: The comparison's tables: the runs' setup, their results, what each kind of distribution holds and moves.
-Table = Literal["setup", "results", "costs"]
+Table = Literal["setup", "results", "costs", "parts"]
 Better = Literal["higher", "lower"]
 _KEY = "measure"
 

@@ -139,6 +139,10 @@ class TrainReport:
             first; None where not timed: one step per call, ParameterServer, older reports).
         profiled_steps, profiled_epoch: the steps its tasks captured in TensorFlow's profiler, and the epoch (1-based)
             they were in (0: not profiled; ``train.profile_steps``); its steady figures leave that epoch out.
+        traced_step_ms, traced_compute_ms, traced_between_ops_ms, traced_wire_ms, traced_waiting_ms: a profiled
+            synchronous cluster's step split from two workers' traces, the median of ``traced_steps`` steps
+            (:mod:`tfdist.train.trace_parts`; None elsewhere). The first four add up; the wait is the earlier
+            worker's, for the later.
     """
 
     name: str
@@ -211,6 +215,18 @@ class TrainReport:
         mlflow="input_share", table="results", heading="input wait", format="{:.0%}", better="lower"))
     profiled_steps: int = 0
     profiled_epoch: int = 0
+    traced_step_ms: float | None = field(default=None, metadata=measure(
+        mlflow="traced_step_ms", table="parts", heading="step (ms, traced)", format="{:.2f}", better="lower"))
+    traced_compute_ms: float | None = field(default=None, metadata=measure(
+        mlflow="traced_compute_ms", table="parts", heading="compute", format="{:.2f}", better="lower"))
+    traced_between_ops_ms: float | None = field(default=None, metadata=measure(
+        mlflow="traced_between_ops_ms", table="parts", heading="between ops", format="{:.2f}", better="lower"))
+    traced_wire_ms: float | None = field(default=None, metadata=measure(
+        mlflow="traced_wire_ms", table="parts", heading="the wire", format="{:.2f}", better="lower"))
+    traced_waiting_ms: float | None = field(default=None, metadata=measure(
+        mlflow="traced_waiting_ms", table="parts", heading="(the earlier worker waited)", format="{:.2f}",
+        better="lower"))
+    traced_steps: int = 0
 
     @property
     def disturbed(self) -> str:

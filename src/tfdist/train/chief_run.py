@@ -48,6 +48,7 @@ from tfdist.train.precision import HardwareSupport, announce, hardware_support
 from tfdist.train.profiling import traces
 from tfdist.train.step_costs import Costs, step_costs
 from tfdist.train.task_run import TaskRun
+from tfdist.train.trace_parts import traced_parts
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class Recording:
     patience: Patience
     support: HardwareSupport
     trained: TrainOutputs | None = None
+    #: The step's parts read from the workers' traces (TrainReport's ``traced_*`` fields), where a cluster was profiled.
+    traced: dict[str, Any] | None = None
 
     @property
     def epochs(self) -> TrackedEpochs:
@@ -125,6 +128,9 @@ class Recording:
                            "the traces")
         log.info("profiling: %d traces (%s) logged to MLflow run %s under %s/", len(found), ", ".join(tasks),
                  self.run_id, PROFILE_FOLDER)
+        workers = [trace for trace in found if trace.relative_to(root).parts[0].startswith(("chief", "worker"))]
+        if len(workers) >= 2 and not recorder.spec.coordinated:
+            self.traced = traced_parts(workers[:2])
 
     def summarize(self, result: TrainResult, digest: str, cpu: CpuMeter) -> TrainOutputs:
         """Build the report of the weights ``digest`` names (or reuse the one a killed run recorded) and log its
@@ -133,7 +139,7 @@ class Recording:
         report = rerun.recorded_report(recorder.backup, digest) or recorder.report(
             result, digest, self.run_id, self.support, cpu,
             step_costs(recorder.config, recorder.data, recorder.spec, recorder.info, result.model,
-                       result.global_batch_size))
+                       result.global_batch_size), self.traced)
         recorder.backup.save(report=to_dict(report))
         rerun.log_missing_metrics(mlflow_metrics(report), patience=self.patience)
         self.outbox.flush()
@@ -248,8 +254,9 @@ class ChiefRun:
         return os.getppid() if self.task is not None and SCRATCH_ENV in os.environ else None
 
     def report(self, result: TrainResult, digest: str, run_id: str, support: HardwareSupport,
-               cpu: CpuMeter, costs: Costs) -> TrainReport:
-        """The typed train report: what the strategy resolved to, the knobs, what the fit and the step measured."""
+               cpu: CpuMeter, costs: Costs, traced: dict[str, Any] | None = None) -> TrainReport:
+        """The typed train report: what the strategy resolved to, the knobs, what the fit and the step measured
+        (``traced``: the step's parts from the workers' traces)."""
         info, train = self.info, self.config.train
         return TrainReport(
             name=self.name, strategy=info.name, paradigm=self.spec.paradigm, strategy_class=info.strategy_class,
@@ -266,6 +273,7 @@ class ChiefRun:
                                    tf.config.threading.get_inter_op_parallelism_threads(), onednn_in_use()),
             machine=cpu.noise, dataset=self.data.describe(),
             gradient_compression=applied_compression(self.spec, self.config), allocator=allocator_in_use(),
+            **(traced or {}),
         )
 
 

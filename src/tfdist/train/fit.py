@@ -142,7 +142,7 @@ def train_model(
     train_input, val_input = plan.inputs(train, val, config.seed, strategy,
                                          kept_alive=spec.multi_process or info.replicas > 1,
                                          done_epochs=backups.done_epochs, done_steps=backups.done_steps)
-    timer, startup, waits = backups.timer, StartupTimer(), input_waits(model)
+    timer, startup, waits = backups.timer, StartupTimer(), input_waits(model, info.replicas == 1 and not spec.multi_process)
     profile = profile_callback(config.train.profile_steps, profile_dir, backups.initial_epoch, config.train.epochs,
                                plan.steps, plan.asynchronous)
     started = time.perf_counter()
@@ -155,7 +155,7 @@ def train_model(
                 epochs=config.train.epochs,
                 initial_epoch=backups.initial_epoch,
                 steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-                callbacks=[startup, timer, waits, *([profile] if profile else []), DivergenceGuard(), *backups.callbacks,
+                callbacks=[startup, timer, *[c for c in (waits, profile) if c], DivergenceGuard(), *backups.callbacks,
                            *callbacks],
                 verbose=2,
             )
@@ -190,9 +190,13 @@ def input_share(history: list[dict[str, float]]) -> float | None:
     return sum(row["input_share"] * row["epoch_seconds"] for row in steady) / seconds if seconds else None
 
 
-def input_waits(model: Any) -> InputWait:
+def input_waits(model: Any, timed: bool) -> InputWait | None:
     """The callback adding the input's share to each epoch's logs, its steps timed into a variable of this process
-    (made outside the strategy's scope: each worker times its own)."""
+    (made outside the strategy's scope); ``timed`` only where one replica steps in this process (normal training):
+    with several replicas, or a cluster's hand-over of each batch, a trace showed the arrival's timestamp run at the
+    step's end, not at the arrival (docs/comparing.md)."""
+    if not timed:
+        return None
     waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_waited")
     model.time_input_waits(waited)
     return InputWait(waited)

@@ -413,9 +413,9 @@ def test_a_target_no_run_reaches_is_said_and_the_report_is_still_written():
 
 
 @pytest.mark.parametrize("shares, says", [
-    ((0.05, 0.40), "Input-bound: mirrored waited for its next batch for 25% or more of its training time "
-                   "(normal 5%, mirrored 40%). More replicas or machines do not cure that"),
-    ((0.05, 0.10), "No run waited for its input for 25% of its training time or more (normal 5%, mirrored 10%): "
+    ((0.40, None), "Input-bound: normal waited between its steps for the next batch for 25% or more of its training "
+                   "time (normal 40%): the input's making and its hand-over"),
+    ((0.05, None), "No run waited for its input for 25% of its training time or more (normal 5%): "
                    "the steps set the pace."),
     ((None, None), "Not timed: the steps' wait for their input is measured in normal training"),
 ])
@@ -425,5 +425,5 @@ def test_the_advice_says_which_run_waited_for_its_input_and_what_to_turn(shares,
     comparison = build_comparison(runs, {name: eval_report(name, 0.9, 0.3) for name in runs})
     assert comparison.advice.input.startswith(says)
     assert f"**Input:** {says}" in render_markdown(comparison)
-    if shares[1] == 0.40:
+    if shares[0] == 0.40:
         assert "more shards of the prepared data" in comparison.advice.input

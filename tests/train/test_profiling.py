@@ -6,10 +6,12 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import mlflow
@@ -149,6 +151,8 @@ def test_a_profiled_cluster_run_holds_each_workers_trace_and_tensorboard_serves_
         assert status == 200 and "val_accuracy" in scalars and "epoch_seconds" in scalars, scalars
         assert _get(f"{base}/data/plugin/profile/runs", {"Host": f"evil.example:{port}"})[0] == 421, "DNS rebinding"
         assert _get(f"{base}/data/plugin/profile/runs", {"Origin": "http://localhost:8888"})[0] == 403, "another page"
+        served = [folder for folder in Path(tempfile.gettempdir()).glob("tfdist-tensorboard-*") if folder.is_dir()]
+        assert served and all(folder.stat().st_mode & 0o077 == 0 for folder in served), "the gathered runs: 0700"
         status, why = _get(f"{base}/data/plugin/profile/capture_profile?service_addr=127.0.0.1:1&duration=10")
         assert status == 404 and "train.profile_steps" in why, "the capture is shut"
     finally:

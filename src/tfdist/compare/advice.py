@@ -208,11 +208,13 @@ def _input_advice(rows: list[RunRow]) -> str:
         return f"No run waited for its input for {INPUT_BOUND:.0%} of its training time or more ({shares}): " \
                "the steps set the pace."
     names = ", ".join(row.name for row in bound)
-    return (f"Input-bound: {names} waited for its next batch for {INPUT_BOUND:.0%} or more of its training time "
-            f"({shares}). More replicas or machines do not cure that: each needs its batches as fast. Give the "
-            "input more: fewer tasks per machine (each keeps a core for its input), a larger per-replica batch "
-            "(fewer hand-overs), more shards of the prepared data (each worker reads its own, in parallel), "
-            "lighter decoding, or faster storage.")
+    return (f"Input-bound: {names} waited between its steps for the next batch for {INPUT_BOUND:.0%} or more of "
+            f"its training time ({shares}): the input's making and its hand-over, which a step too short to hide "
+            "it pays each time. More replicas or machines do not cure that: each needs its batches as fast. A "
+            "larger per-replica batch (fewer hand-overs, each step longer), fewer tasks per machine (each keeps a "
+            "core for its input), more shards of the prepared data (each worker reads its own, in parallel), "
+            "lighter decoding or faster storage; a profiled run's trace (tfdist tensorboard, the input-pipeline "
+            "analyser) tells the making from the hand-over.")
 
 
 def _paradigm_advice(rows: list[RunRow]) -> str:

@@ -66,3 +66,15 @@ def test_the_check_sees_code_params_and_command_changes():
         "preprocess": ["params.yaml: {'data.validation_split': 'modified'}"],
         "compare": ["its command", "reports/compare/metrics.json: modified"],
     }
+
+
+def test_the_baseline_trained_with_onednn_as_runtime_onednn_says():
+    # dvc repro runs the stage as a process of its own: the knob must reach TensorFlow before it loads there
+    # (it used not to: the mlp's 'auto: off' was not applied, and the report said oneDNN on)
+    from tfdist.config.params import load_config
+    from tfdist.runtime.onednn import onednn_enabled
+
+    config = load_config(REPO / "params.yaml")
+    report = json.loads((REPO / "reports" / "train" / "normal.json").read_text())
+    wanted = onednn_enabled(config.runtime.onednn, config.model.kind, config.train.precision)
+    assert report["threads"]["onednn"] is wanted, "rerun the pipeline (dvc repro) after changing runtime.onednn"

@@ -28,6 +28,7 @@ from tfdist.files.workspace import private_folder
 from tfdist.records.reports import TrainOutputs
 from tfdist.records.run_names import RunPaths
 from tfdist.resume.backup import close_stopped_runs
+from tfdist.runtime.onednn import configure_onednn
 from tfdist.tracking.object_store import MLFLOW_ENDPOINT_ENV
 from tfdist.train.checks import check_config
 
@@ -62,6 +63,7 @@ def train(config: Config, *, strategy_name: str, name: str, paths: RunPaths, lau
 
         serve(task, config)
         return None
+    configure_onednn(config.runtime.onednn, config.model.kind, config.train.precision)  # read as TensorFlow loads
     from tfdist.train.phases import train_task  # TensorFlow and tf_keras: only where a role trains
 
     return train_task(config, spec, name, paths, task)

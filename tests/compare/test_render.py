@@ -17,7 +17,7 @@ def history():
 
 def test_markdown_and_figures(tmp_path):
     comparison = build_comparison(
-        {"normal": train_report("default", 10.0), "central_storage": train_report("central_storage", 9.5, 2)},
+        {"normal": train_report("default", 10.0), "central_storage": train_report("central_storage", 9.5, 2, input_share=None)},
         {"normal": eval_report("normal", 0.95, 0.2), "central_storage": eval_report("central_storage", 0.951, 0.2)},
     )
     markdown = render_markdown(comparison)

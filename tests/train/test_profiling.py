@@ -25,7 +25,7 @@ from tfdist.distribute.registry import get_spec
 from tfdist.errors import InputError
 from tfdist.train.fit import FitPlan
 from tfdist.train.profiling import ProfileSteps, profile_callback
-from tfdist.train.trace_parts import step_parts
+from tfdist.train.trace_parts import mean_parts, step_parts
 
 from helpers.project import local_mode_environment, tiny_params, train_stage_command
 from helpers.reports import eval_report, train_report
@@ -78,6 +78,22 @@ def test_a_steps_parts_from_two_workers_traces_add_up_to_the_step_and_name_who_w
     (step,) = step_parts(first, second)
     assert step == {"step_ms": 61.0, "compute_ms": 54.0, "between_ops_ms": 4.0, "wire_ms": 3.0, "waiting_ms": 8.0}
     assert step["compute_ms"] + step["between_ops_ms"] + step["wire_ms"] == step["step_ms"]
+
+
+def test_the_typical_steps_parts_add_up_where_a_descheduled_worker_trades_compute_for_time_between_ops():
+    ms = 10**9
+    reduce = "while/body/_1/while/Adam/CollectiveReduceV2:CollectiveReduceV2"
+    op = "while/body/_1/while/cnn/conv2d/Relu:_FusedConv2D"
+    first, second, clock = [], [], 0
+    # (compute, idle) per step: their medians (12 + 1 + 1 ms wire) miss the median step (18 ms)
+    for compute, idle in ((0, 0), (10, 10), (16, 1), (9, 9), (16, 1), (12, 0)):
+        for events in (first, second):
+            events += [(op, clock, clock + compute * ms), (reduce, clock + (compute + idle) * ms,
+                                                           clock + (compute + idle + 1) * ms)]
+        clock += (compute + idle + 1) * ms
+    parts, steps = mean_parts(first, second)
+    assert steps == 5
+    assert parts["compute_ms"] + parts["between_ops_ms"] + parts["wire_ms"] == pytest.approx(parts["step_ms"])
 
 
 def test_the_report_names_a_profiled_run_and_shows_its_steps_parts():

@@ -141,8 +141,8 @@ def _profiled_note(rows: list[RunRow]) -> list[Block]:
                ("p", "Each traced step split on the worker that came last to the gradients' all-reduce: its ops' "
                      "time (compute), the rest until it reached the all-reduce (between ops: the executor's "
                      "hand-offs, the next batch), and the all-reduce itself (the wire); the three add up to the "
-                     "step. Beside them, how long the earlier worker waited for the later one. Medians over the "
-                     "profiled steps, slowed a little by the capture itself.")] if split else [])]
+                     "step. Beside them, how long the earlier worker waited for the later one. Means over the "
+                     "profiled steps within the epoch (so that they add up), slowed a little by the capture.")] if split else [])]
 
 
 def table_markdown(table: Table, rows: list[RunRow]) -> str:

@@ -140,7 +140,7 @@ class TrainReport:
         profiled_steps, profiled_epoch: the steps its tasks captured in TensorFlow's profiler, and the epoch (1-based)
             they were in (0: not profiled; ``train.profile_steps``); its steady figures leave that epoch out.
         traced_step_ms, traced_compute_ms, traced_between_ops_ms, traced_wire_ms, traced_waiting_ms: a profiled
-            synchronous cluster's step split from two workers' traces, the median of ``traced_steps`` steps
+            synchronous cluster's step split from two workers' traces, the mean of ``traced_steps`` steady steps
             (:mod:`tfdist.train.trace_parts`; None elsewhere). The first four add up; the wait is the earlier
             worker's, for the later.
     """

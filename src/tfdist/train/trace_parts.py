@@ -112,8 +112,11 @@ def steady(steps: list[dict[str, float]]) -> list[dict[str, float]]:
     return [step for step in steps if step["step_ms"] <= 1.5 * typical]
 
 
-def median_parts(first: list[Event], second: list[Event], least: int = 3) -> tuple[dict[str, float], int]:
-    """The median of each part over the steady steps two workers' traces hold, and how many there were.
+def mean_parts(first: list[Event], second: list[Event], least: int = 3) -> tuple[dict[str, float], int]:
+    """The mean of each part over the steady steps two workers' traces hold, and how many there were.
+
+    Means, not medians: each step's parts add up to it, and so do their means, where the medians of parts
+    that trade off (a descheduled worker's step has less compute and more time between ops) need not.
 
     Raises:
         NoSteps: fewer than ``least`` steady steps.
@@ -121,14 +124,14 @@ def median_parts(first: list[Event], second: list[Event], least: int = 3) -> tup
     steps = steady(step_parts(first, second)) if first and second else []
     if len(steps) < least:
         raise NoSteps(f"only {len(steps)} steps paired in the traces; profile more steps (train.profile_steps)")
-    return {key: statistics.median(step[key] for step in steps) for key in PARTS}, len(steps)
+    return {key: statistics.fmean(step[key] for step in steps) for key in PARTS}, len(steps)
 
 
 def traced_parts(traces: list[Path]) -> dict[str, Any] | None:
     """The step's parts from two workers' traces as the train report's ``traced_*`` fields, and the steps they are
     the median of; None, said in one line, where the traces hold too few steps."""
     try:
-        parts, steps = median_parts(host_events(traces[0]), host_events(traces[1]))
+        parts, steps = mean_parts(host_events(traces[0]), host_events(traces[1]))
     except NoSteps as why:
         log.warning("profiling: the step's parts are not split (%s)", why)
         return None

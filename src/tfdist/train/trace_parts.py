@@ -96,11 +96,10 @@ def step_parts(first: list[Event], second: list[Event]) -> list[dict[str, float]
         later = max((0, 1), key=lambda w: now[w][0])
         ops = workers[later][1]
         window_start, arrived, end = before[later][1], now[later][0], now[later][1]
-        period = max(now[0][1], now[1][1]) - max(before[0][1], before[1][1])
-        if period <= 0 or arrived <= window_start:
+        if arrived <= window_start:
             continue
-        compute = busy(ops, window_start, arrived)
-        steps.append({"step_ms": period / 1e9, "compute_ms": compute / 1e9,
+        compute = busy(ops, window_start, arrived)  # the step: the later worker's, all-reduce end to all-reduce end
+        steps.append({"step_ms": (end - window_start) / 1e9, "compute_ms": compute / 1e9,
                       "between_ops_ms": (arrived - window_start - compute) / 1e9, "wire_ms": (end - arrived) / 1e9,
                       "waiting_ms": (arrived - now[1 - later][0]) / 1e9})
     return steps

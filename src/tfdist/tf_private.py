@@ -12,7 +12,8 @@ module does; its test is ``tests/test_runtime.py``.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +352,17 @@ def cluster_key_wait(key: str, seconds: float | None = None) -> str | None:
         return _eager_context.context().get_config_key_value(key, timeout_in_ms)
     except tf.errors.OpError:  # DeadlineExceeded; Unavailable once its chief is gone; FailedPrecondition: no service
         return None
+
+
+@contextmanager
+def function_graphs_collected() -> Iterator[list[Any]]:
+    """Collect the graphs (``RunMetadata.FunctionGraphs``: before, after and partitioned) of the functions first
+    instantiated inside; the list is filled on leaving. Collection costs only as a function is instantiated."""
+    graphs: list[Any] = []
+    runtime = _eager_context.context()
+    runtime.enable_graph_collection()
+    try:
+        yield graphs
+    finally:
+        graphs += runtime.export_run_metadata().function_graphs
+        runtime.disable_graph_collection()

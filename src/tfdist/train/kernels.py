@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+
+from tfdist.tf_private import function_graphs_collected
 
 #: The prefix of oneDNN's rewritten ops (``_MklNativeMaxPool``; ``_Mkl`` for the few with layout tensors).
 _REWRITTEN = ("_MklNative", "_Mkl")
@@ -35,26 +36,14 @@ def fallbacks(ops: Iterable[str]) -> dict[str, int]:
     counts = Counter(ops)
     rewritten = {plain for op in counts if (plain := _plain(op))}
     return {op: n for op, n in sorted(counts.items())
-            if _plain(op) is None and (op in rewritten or op.removesuffix("Grad") in rewritten and op.endswith("Grad"))}
-
-
-def partition_ops(run_metadata: Any) -> list[str]:
-    """Every node's op in the partition graphs (after every rewrite) of the functions a RunMetadata collected."""
-    return [node.op for function in run_metadata.function_graphs for graph in function.partition_graphs
-            for node in graph.node]
+            if _plain(op) is None and (op in rewritten or op.removesuffix("Grad") in rewritten)}
 
 
 @contextmanager
 def collected_graphs() -> Iterator[list[str]]:
-    """Collect the graphs of the functions first instantiated inside; the list is filled with their nodes' ops on
-    leaving (graph collection costs only at instantiation, so it is on for the first call only)."""
-    from tensorflow.python.eager import context
-
+    """The ops of the functions first instantiated inside, after every rewrite (their partition graphs' nodes); the
+    list is filled on leaving. Around a function's first call only: later calls instantiate nothing."""
     ops: list[str] = []
-    runtime = context.context()
-    runtime.enable_graph_collection()
-    try:
+    with function_graphs_collected() as functions:
         yield ops
-    finally:
-        ops += partition_ops(runtime.export_run_metadata())
-        runtime.disable_graph_collection()
+    ops += [node.op for function in functions for graph in function.partition_graphs for node in graph.node]

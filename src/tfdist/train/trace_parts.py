@@ -128,7 +128,7 @@ def mean_parts(first: list[Event], second: list[Event], least: int = 3) -> tuple
 
 def traced_parts(traces: list[Path]) -> dict[str, Any] | None:
     """The step's parts from two workers' traces as the train report's ``traced_*`` fields, and the steps they are
-    the median of; None, said in one line, where the traces hold too few steps."""
+    the mean of; None, said in one line, where the traces hold too few steps."""
     try:
         parts, steps = mean_parts(host_events(traces[0]), host_events(traces[1]))
     except NoSteps as why:

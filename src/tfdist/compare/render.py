@@ -78,6 +78,7 @@ def document(comparison: Comparison) -> list[Block]:
         *_rounds_table(rows),
         *_disturbed_note(rows),
         *_profiled_note(rows),
+        *_kernels_note(rows),
         ("p", "Global batch is examples per optimizer step (per-replica `train.batch_size` × replicas in sync); "
               "learning rate is the effective rate after `train.lr_scaling` (and the one warm-up ramps to)."),
         *_asynchronous_note(rows),
@@ -125,6 +126,23 @@ def _disturbed_note(rows: list[RunRow]) -> list[Block]:
         return []
     return [("p", "**Disturbed while training:** " + "; ".join(flagged) + ". Their timings are partly the machine's: "
                   "run them again on a quiet machine before trusting a close call.")]
+
+
+def _kernels_note(rows: list[RunRow]) -> list[Block]:
+    """The runs where oneDNN's pass left a kernel to Eigen's on a task: whether a retrace was rid of it."""
+    flagged = []
+    for row in rows:
+        first, last = row.report.kernel_fallbacks
+        retraces = len(row.report.kernel_checks) - 1
+        if first:
+            flagged.append(f"{row.name}: {first}" + (f", still after {retraces} retrace(s)" if last else
+                                                     f", gone after {retraces} retrace(s)"))
+    if not flagged:
+        return []
+    return [("p", "**Eigen's kernels:** " + "; ".join(flagged) + ". oneDNN's pass leaves a kernel (the pooling's "
+                  "gradient) to Eigen's by chance, 20-35 % slower, and in a synchronous cluster the other workers "
+                  "wait for it every step; every task retraced together to draw again (runtime.onednn_retraces). A "
+                  "run still on it is slower for that, not for its strategy.")]
 
 
 def _profiled_note(rows: list[RunRow]) -> list[Block]:

@@ -296,6 +296,9 @@ class RuntimeConfig:
             convnet and a user's model, off for the mlp, whose numbers then stay comparable
             across runs; and on under ``mixed_bfloat16``, whose fast kernels are oneDNN's
             (docs/performance.md, "oneDNN"; :func:`tfdist.runtime.onednn.onednn_enabled`).
+        onednn_retraces: retraces of the train function, every task together, while oneDNN's pass left a kernel
+            to Eigen's on any of them (its pooling gradient, by chance: 20-35 % slower, and a synchronous cluster
+            waits for it every step); 0: checked and reported only (:class:`tfdist.train.kernels.KernelCheck`).
         allocator: the C allocator a training process runs with (:func:`tfdist.runtime.allocator.run_under_allocator`):
             ``jemalloc`` or ``tcmalloc`` (preloaded: the stage re-executes itself once, before it
             does anything), ``system`` (glibc's malloc), or ``auto``: as the model kind's record says
@@ -309,6 +312,7 @@ class RuntimeConfig:
     intra_op_threads: int | str = _knob("auto", decides=_TRAIN, ge=0, auto=True)
     inter_op_threads: int = _knob(2, decides=_TRAIN, ge=0)
     onednn: str = _knob("auto", decides=_TRAIN, choices=ONEDNN_SETTINGS)
+    onednn_retraces: int = _knob(3, decides=_TRAIN, ge=0)
     allocator: str = _knob("auto", decides=_TRAIN, choices=ALLOCATORS)
 
 

@@ -143,6 +143,10 @@ class TrainReport:
             synchronous cluster's step split from two workers' traces, the mean of ``traced_steps`` steady steps
             (:mod:`tfdist.train.trace_parts`; None elsewhere). The first four add up; the wait is the earlier
             worker's, for the later.
+        kernel_checks: what each check of its train function's kernels found on each task: the ops oneDNN's pass
+            left to Eigen's kernel (op -> nodes; None: the task's finding never came), the first check after the
+            function's first call, one more after each retrace every task made together to be rid of them
+            (:class:`tfdist.train.kernels.KernelCheck`; empty: not checked, oneDNN off or ParameterServer).
     """
 
     name: str
@@ -227,6 +231,14 @@ class TrainReport:
         mlflow="traced_waiting_ms", table="parts", heading="(the earlier worker waited)", format="{:.2f}",
         better="lower"))
     traced_steps: int = 0
+    kernel_checks: list[dict[str, dict[str, int] | None]] = field(default_factory=list)
+
+    @property
+    def kernel_fallbacks(self) -> tuple[str, str]:
+        """The kernels oneDNN's pass left to Eigen's, in words, at the first check and at the last ("" for none)."""
+        if not self.kernel_checks:
+            return "", ""
+        return fallbacks_in_words(self.kernel_checks[0]), fallbacks_in_words(self.kernel_checks[-1])
 
     @property
     def disturbed(self) -> str:
@@ -253,6 +265,12 @@ class EvalReport:
                                              format="{:.4f}", better="higher", headline="test_accuracy"))
     samples: int
     per_class: dict[str, ClassMetrics] = field(default_factory=dict)
+
+
+def fallbacks_in_words(findings: dict[str, dict[str, int] | None]) -> str:
+    """One check's fallbacks (task -> op -> nodes) in words: ``MaxPoolGrad x2 in worker-1``; "" for none."""
+    return "; ".join(f"{', '.join(f'{op} x{n}' for op, n in ops.items())} in {task}"
+                     for task, ops in findings.items() if ops)
 
 
 def to_dict(report: Any) -> dict[str, Any]:

@@ -142,6 +142,11 @@ class Recording:
                        result.global_batch_size), self.traced)
         recorder.backup.save(report=to_dict(report))
         rerun.log_missing_metrics(mlflow_metrics(report), patience=self.patience)
+        first, last = report.kernel_fallbacks
+        if first:  # oneDNN's pass left a kernel to Eigen's: said beside the run's timings (the compare report too)
+            self.patience.call(lambda: runs.set_tags({"tfdist.eigen_kernels": f"{first}; after "
+                                                      f"{len(report.kernel_checks) - 1} retrace(s): {last or 'none'}"}),
+                               "the kernels' tag")
         self.outbox.flush()
         self.trained = TrainOutputs(report, result.history)
         return self.trained

@@ -11,7 +11,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from tfdist.tf_private import inputs_kept_alive, one_device_input_options, traci
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, InputWait, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.checks import applied_compression
+from tfdist.train.kernels import Findings, KernelCheck, kernel_check
 from tfdist.train.models import build_model, compile_model, trained_weights
 from tfdist.train.profiling import ProfileEpoch, profile_callback
 
@@ -69,6 +70,9 @@ class TrainResult:
         profiled_steps: steps this process captured in the profiler (``train.profile_steps``; 0: none).
         profiled_epoch: the epoch they were in (1-based; 0: none); the steady figures leave it out where
             other steady epochs remain: the capture slows it.
+        kernel_checks: what each check of the train function's kernels found on each task (oneDNN's pass leaving
+            one to Eigen's: :class:`tfdist.train.kernels.KernelCheck`): the first after its first call, one more after
+            each retrace; empty where not checked (oneDNN off, ParameterServer).
     """
 
     model: keras.Model
@@ -89,6 +93,7 @@ class TrainResult:
     collectives: CollectiveCosts | None = None
     profiled_steps: int = 0
     profiled_epoch: int = 0
+    kernel_checks: list[Findings] = field(default_factory=list)
 
     def final(self) -> dict[str, float]:
         """The last epoch's loss/accuracy and val_loss/val_accuracy."""
@@ -112,10 +117,8 @@ def train_model(
     config: Config, spec: StrategySpec, strategy: tf.distribute.Strategy, info: StrategyInfo, *,
     data: DataSpec, train: PreparedSplit, val: PreparedSplit,
     callbacks: list[keras.callbacks.Callback] | tuple = (),
-    backup: RunBackup | None = None,
-    record_backup: bool = True,
-    moments: Moments | None = None,
-    profile_dir: Path | None = None,
+    backup: RunBackup | None = None, record_backup: bool = True,
+    moments: Moments | None = None, profile_dir: Path | None = None,
 ) -> TrainResult:
     """Build, compile and ``fit`` the model of ``model.kind`` for ``data`` under ``strategy`` (``info``: what it is).
 
@@ -145,6 +148,7 @@ def train_model(
     timer, startup, waits = backups.timer, StartupTimer(), input_waits(model, info.replicas == 1 and not spec.multi_process)
     profile = profile_callback(config.train.profile_steps, profile_dir, backups.initial_epoch, config.train.epochs,
                                plan.steps, plan.asynchronous)
+    kernels = None if plan.asynchronous else kernel_check(strategy, spec.multi_process, config.runtime.onednn_retraces)
     started = time.perf_counter()
     try:
         with backups.preemption.listening() if backups.preemption else contextlib.nullcontext():
@@ -155,8 +159,8 @@ def train_model(
                 epochs=config.train.epochs,
                 initial_epoch=backups.initial_epoch,
                 steps_per_epoch=plan.steps,  # the training input is endless (FitPlan.train_input)
-                callbacks=[startup, timer, *[c for c in (waits, profile) if c], DivergenceGuard(), *backups.callbacks,
-                           *callbacks],
+                callbacks=[startup, timer, *filter(None, (waits, profile, kernels)), DivergenceGuard(),
+                           *backups.callbacks, *callbacks],
                 verbose=2,
             )
     except (tf.errors.OpError, OSError) as err:
@@ -167,7 +171,7 @@ def train_model(
     restored = restored_history(backup, resumed_at + 1) if backup is not None and record_backup else []
     seconds += sum(row["epoch_seconds"] for row in restored)  # the restored epochs' training time
     return plan.result(model, restored + history, seconds, resumed_at if backup is not None else 0, startup.seconds,
-                       profile)
+                       profile, kernels)
 
 
 def _fit_error(err: Exception, train: PreparedSplit, backup: RunBackup | None) -> Exception:
@@ -372,7 +376,8 @@ class FitPlan:
         return make_ordered(val, self.val_batch, endless=self.val_steps is not None)
 
     def result(self, model: keras.Model, history: list[dict[str, float]], seconds: float, resumed_at: int,
-               startup_seconds: float | None, profile: ProfileEpoch | None = None) -> TrainResult:
+               startup_seconds: float | None, profile: ProfileEpoch | None = None, kernels: KernelCheck | None = None
+               ) -> TrainResult:
         """What the fit gave and cost, with throughput from the epochs' training time (the steady figures without
         the profiled epoch, where others remain)."""
         profiled = profile.epoch + 1 if profile and profile.captured else 0
@@ -389,6 +394,7 @@ class FitPlan:
             resumed_at_epoch=resumed_at, steady_epoch_seconds=steady, first_epoch_overhead_seconds=first_overhead,
             steady_samples_per_second=samples / steady if steady else 0.0, startup_seconds=startup_seconds,
             input_share=input_share(history), profiled_steps=profile.captured if profile else 0, profiled_epoch=profiled,
+            kernel_checks=kernels.checks if kernels else [],
         )
 
 

@@ -26,7 +26,6 @@ ran inside the strategy's step than alone.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from benchmarks.harness import Options, grid
 from benchmarks.results import Cell, Result, median, spread
 from benchmarks.stage import StageRuns, model_settings, report
 from benchmarks.traces import profiled_stage
-from tfdist.train.trace_parts import host_events, steady, step_parts
+from tfdist.train.trace_parts import NoSteps, host_events, mean_parts
 
 TITLE = "A multi_worker_mirrored step's parts, from TensorFlow's profiler in both workers"
 DEFAULTS = {"models": ("cnn",), "epochs": 8, "extra": {"ms": 2000}}
@@ -65,13 +64,13 @@ def measure(cell: dict[str, Any], context: StageRuns, options: Options) -> dict[
     if len(traces) != WORKERS:
         raise SystemExit(f"error: captured {len(traces)} of {WORKERS} workers under {logdir}")
     events = [host_events(trace) for trace in traces]
-    steps = steady(step_parts(*events))
-    if len(steps) < 3:
-        raise SystemExit(f"error: only {len(steps)} steps captured; capture longer (--set ms=...) or more epochs")
+    try:
+        parts, steps = mean_parts(*events)
+    except NoSteps as why:
+        raise SystemExit(f"error: {why}; capture longer (--set ms=...) or more epochs") from None
     collectives = report(context.root, name).get("collectives") or {}
-    parts = {key: statistics.median(step[key] for step in steps) for key in steps[0]}
     fallbacks = sum(any(name.endswith(_EIGEN_POOLING_GRADIENT) for name, _, _ in worker) for worker in events)
-    return {**parts, "steps": float(len(steps)), "eigen_pooling_gradient_workers": float(fallbacks),
+    return {**parts, "steps": float(steps), "eigen_pooling_gradient_workers": float(fallbacks),
             "compute_alone_ms": 1e3 * (collectives.get("compute_seconds") or 0.0),
             "probe_ms": 1e3 * (collectives.get("large_seconds") or 0.0)}
 

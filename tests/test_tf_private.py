@@ -168,3 +168,18 @@ def test_without_a_coordination_service_a_key_is_neither_claimed_nor_waited_for(
     assert not tf_private.cluster_key_claim("tfdist/test", "1"), "one process has no cluster to agree with"
     assert tf_private.cluster_key_wait("tfdist/test") is None
     assert time.monotonic() - started < 5
+
+
+def test_the_graphs_of_a_function_first_instantiated_inside_are_collected_with_their_partitions():
+    @tf.function
+    def product(x):
+        return tf.linalg.matmul(x, x) + 1.0
+
+    with tf_private.function_graphs_collected() as graphs:
+        assert graphs == [], "filled on leaving"
+        product(tf.ones((2, 2)))
+    ops = [node.op for graph in graphs for partition in graph.partition_graphs for node in partition.node]
+    assert any("MatMul" in op for op in ops), ops  # MatMul, or oneDNN's _MklMatMul
+    with tf_private.function_graphs_collected() as again:
+        product(tf.ones((2, 2)))
+    assert not [graph for graph in again if graph.partition_graphs], "a later call instantiates nothing"

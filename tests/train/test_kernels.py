@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import mlflow
 import pytest
 
 from tfdist.compare.compute import build_comparison
@@ -95,6 +96,7 @@ def test_a_pooling_gradient_the_pass_could_not_rewrite_is_found_in_the_collected
     assert done.stdout.strip().splitlines()[-1] == "{'MaxPoolGrad': 1}"
 
 
+@pytest.mark.slow
 def test_a_run_left_on_eigens_pooling_gradient_retraces_then_trains_on_and_its_report_says_so(tmp_path, prepared_copy):
     (tmp_path / "pool_left_to_eigen.py").write_text(BUILDER)
     tiny_params(tmp_path, **FORCED_RUN)  # oneDNN on in the stage's process (runtime.onednn), not in this one
@@ -118,3 +120,7 @@ def test_every_worker_retraces_together_and_the_cluster_trains_on(tmp_path, prep
     both = {"worker-0": {"MaxPoolGrad": 2}, "worker-1": {"MaxPoolGrad": 2}}
     assert report["kernel_checks"] == [both] * (RETRACES + 1), "each worker's finding, tallied the same on both"
     assert done.stderr.count("every task retraces its train function") == 2 * RETRACES, done.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    tags = mlflow.MlflowClient().get_run(report["mlflow_run_id"]).data.tags
+    left = "MaxPoolGrad x2 in worker-0; MaxPoolGrad x2 in worker-1"
+    assert tags["tfdist.eigen_kernels"] == f"{left}; after {RETRACES} retrace(s): {left}"

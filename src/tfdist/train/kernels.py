@@ -7,7 +7,9 @@ pointer hashes, so some processes keep Eigen's pooling gradient, 20-35 % slower
 (docs/performance/parallelism.md, "The pooling gradient"), and in a synchronous
 cluster every other worker waits for that one. The pass's output is in the
 partition graphs TensorFlow collects as a function is first instantiated
-(``enable_graph_collection``): no profiler needed.
+(``enable_graph_collection``): no profiler needed. A retrace is a new graph, its
+order drawn anew; in a synchronous cluster every worker must retrace with the
+others (:class:`ClusterTally`). The rate, with and without: docs/performance/parallelism.md.
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ def _plain(op: str) -> str | None:
 
 
 def fallbacks(ops: Iterable[str]) -> dict[str, int]:
-    """The op types a graph's nodes (``ops``, one entry a node) kept Eigen's kernel for where oneDNN rewrote the
-    same kind, or the op a gradient belongs to, elsewhere in it; with how many nodes each."""
+    """The gradients a graph's nodes (``ops``, one entry a node) kept Eigen's kernel for where oneDNN rewrote their
+    forward op; with how many nodes each. Only gradients: an op of a kind rewritten elsewhere may be left alone for
+    its dtype or shape, every time, and retracing would not change it."""
     counts = Counter(ops)
     rewritten = {plain for op in counts if (plain := _plain(op))}
     return {op: n for op, n in sorted(counts.items())
-            if _plain(op) is None and (op in rewritten or op.removesuffix("Grad") in rewritten)}
+            if op.endswith("Grad") and _plain(op) is None and op.removesuffix("Grad") in rewritten}
 
 
 @contextmanager

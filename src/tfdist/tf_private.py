@@ -12,6 +12,7 @@ module does; its test is ``tests/test_runtime.py``.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -333,10 +334,18 @@ def write_dirpath(folder: Path, strategy: Any) -> str:
     return str(distributed_file_utils.write_dirpath(str(folder), strategy))
 
 
-def cluster_key_claim(key: str, value: str) -> bool:
+def cluster_key_claim(key: str, value: str, seconds: float | None = None) -> bool:
     """Set ``key`` in the cluster's coordination service (a synchronous cluster's: multi_worker_mirrored's); False
-    when another task set it first, or the service is gone. TensorFlow's PreemptionCheckpointHandler agrees on its
-    step the same way."""
+    when another task set it first, or the service is gone, or after ``seconds`` (None: as long as the call takes): a
+    call to a service cut off by the network waits without end, and the process must still exit (the call's thread
+    is left to the exit). TensorFlow's PreemptionCheckpointHandler agrees on its step the same way."""
+    if seconds is not None:
+        claimed: list[bool] = []
+        thread = threading.Thread(target=lambda: claimed.append(cluster_key_claim(key, value)),
+                                  name="cluster-key-claim", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        return bool(claimed and claimed[0])
     try:
         _eager_context.context().set_config_key_value(key, value)
     except tf.errors.OpError:  # AlreadyExists; Unavailable or Aborted once the chief that serves it is gone

@@ -23,6 +23,10 @@ from tfdist.records.strict import build_record
 
 T = TypeVar("T")
 
+#: What one check of a train function's kernels found: each task's ops left to Eigen's kernel (op -> nodes), None for
+#: a task whose finding never came (:class:`tfdist.train.kernels.KernelCheck`).
+Findings = dict[str, dict[str, int] | None]
+
 
 @dataclass(frozen=True)
 class PrecisionSupport:
@@ -231,7 +235,7 @@ class TrainReport:
         mlflow="traced_waiting_ms", table="parts", heading="(the earlier worker waited)", format="{:.2f}",
         better="lower"))
     traced_steps: int = 0
-    kernel_checks: list[dict[str, dict[str, int] | None]] = field(default_factory=list)
+    kernel_checks: list[Findings] = field(default_factory=list)
 
     @property
     def kernel_fallbacks(self) -> tuple[str, str]:
@@ -267,7 +271,7 @@ class EvalReport:
     per_class: dict[str, ClassMetrics] = field(default_factory=dict)
 
 
-def fallbacks_in_words(findings: dict[str, dict[str, int] | None]) -> str:
+def fallbacks_in_words(findings: Findings) -> str:
     """One check's fallbacks (task -> op -> nodes) in words: ``MaxPoolGrad x2 in worker-1``; "" for none."""
     return "; ".join(f"{', '.join(f'{op} x{n}' for op, n in ops.items())} in {task}"
                      for task, ops in findings.items() if ops)

@@ -276,12 +276,12 @@ class ClusterPreemption(Preemption):
     def due(self, boundary: int) -> bool:
         if self.requested and not self._claimed and self.target is None:
             self._claimed = True
-            if _bounded(lambda: cluster_key_claim(f"{self.prefix}/claim", self.me), self.bound / 4):
+            if cluster_key_claim(f"{self.prefix}/claim", self.me, self.bound / 4):
                 self._announce(boundary + 1)
         return self.target is not None and boundary >= self.target
 
     def _announce(self, boundary: int) -> None:
-        _bounded(lambda: cluster_key_claim(f"{self.prefix}/boundary", str(boundary)), self.bound / 4)
+        cluster_key_claim(f"{self.prefix}/boundary", str(boundary), self.bound / 4)
         deadline = time.monotonic() + self.bound / 2
         for task in self.tasks:
             if cluster_key_wait(f"{self.prefix}/seen/{task}", max(0.001, deadline - time.monotonic())) is None:
@@ -290,14 +290,5 @@ class ClusterPreemption(Preemption):
 
     def close(self) -> None:
         if self._watcher.is_alive():  # releases every watcher still waiting
-            _bounded(lambda: cluster_key_claim(f"{self.prefix}/boundary", _OVER), 2.0)
+            cluster_key_claim(f"{self.prefix}/boundary", _OVER, 2.0)
 
-
-def _bounded(call: Callable[[], Any], seconds: float) -> Any:
-    """``call()``'s result, or None after ``seconds``: a key-value call to a coordination service cut off by the
-    network waits without end, and the process must still exit (its thread is left to the exit)."""
-    result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(call()), name="preemption-call", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return result[0] if result else None

@@ -25,7 +25,7 @@ from tfdist.distribute.registry import StrategySpec
 from tfdist.errors import InputError
 from tfdist.files import disk
 from tfdist.records.history import EPOCH_COLUMNS, OPTIONAL_COLUMNS
-from tfdist.records.reports import CollectiveCosts
+from tfdist.records.reports import CollectiveCosts, Findings
 from tfdist.resume.backup import RunBackup, restored_history
 from tfdist.resume.checkpoints import Moments, epochs_backed_up, resume_callbacks
 from tfdist.resume.within_epoch import Preemption, StepBackup, StopWhenPreempted, preemption_for, within_epoch
@@ -34,7 +34,7 @@ from tfdist.tf_private import inputs_kept_alive, one_device_input_options, traci
 from tfdist.train import precision
 from tfdist.train.callbacks import DivergenceGuard, EpochTimer, InputWait, LinearWarmup, StartupTimer, steady_state
 from tfdist.train.checks import applied_compression
-from tfdist.train.kernels import Findings, KernelCheck, kernel_check
+from tfdist.train.kernels import KernelCheck, kernel_check
 from tfdist.train.models import build_model, compile_model, trained_weights
 from tfdist.train.profiling import ProfileEpoch, profile_callback
 

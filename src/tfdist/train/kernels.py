@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tfdist.records.reports import fallbacks_in_words
+from tfdist.records.reports import Findings, fallbacks_in_words
 from tfdist.tf_imports import keras
 from tfdist.tf_private import cluster_key_claim, cluster_key_wait, function_graphs_collected, onednn_in_use
 
@@ -65,9 +65,6 @@ def collected_graphs() -> Iterator[list[str]]:
 TALLY_BOUND = 60.0
 _FITS = itertools.count()
 
-#: A check's findings: each task's fallbacks (op -> nodes), None for a task whose finding never came.
-Findings = dict[str, "dict[str, int] | None"]
-
 
 class Tally:
     """The findings of one check: this process's own (normal training, one process's replicas)."""
@@ -96,13 +93,13 @@ class ClusterTally(Tally):
 
     def __call__(self, check: int, found: dict[str, int]) -> Findings:
         prefix = f"tfdist/kernels/{self.fit_number}/{check}"
-        cluster_key_claim(f"{prefix}/{self.me}", json.dumps(found))
+        cluster_key_claim(f"{prefix}/{self.me}", json.dumps(found), self.bound)
         if self.me == self.tasks[0]:
             deadline = time.monotonic() + self.bound
             posts = {task: cluster_key_wait(f"{prefix}/{task}", max(0.001, deadline - time.monotonic()))
                      for task in self.tasks}
             cluster_key_claim(f"{prefix}/all", json.dumps({task: post and json.loads(post)
-                                                            for task, post in posts.items()}))
+                                                            for task, post in posts.items()}), 30)
         posted = cluster_key_wait(f"{prefix}/all", self.bound + 30)
         if posted is None:
             log.warning("kernels: no tally of check %d from %s (the coordination service gone?): %s goes on alone",
